@@ -1,0 +1,110 @@
+"""cloister-core: the pure library every Cloister service and tool shares.
+
+No Docker, no network, no module-level state. The public API is re-exported here and
+documented in this package's README; submodules hold the details:
+
+``paths``      where files live (``CloisterPaths``)
+``config``     models and loading of config, project and decision files
+``hosts``      host/IP/pattern normalisation
+``rules``      the domain policy and its verdicts
+``policy``     loading the merged policy of one project
+``decisions``  the decision store (atomic, locked, comment-preserving)
+``tokens``     cloister tokens and the constant-time registry
+``names``      project, cloister, branch and container names
+``commands``   hostexec canonical commands and pattern verdicts
+``audit``      the JSON-lines audit log
+"""
+
+from __future__ import annotations
+
+from cloister_core.audit import AuditLog
+from cloister_core.commands import CommandPolicy, CommandVerdict, canonical_command
+from cloister_core.config import (
+    DecisionFile,
+    GlobalConfig,
+    ProjectConfig,
+    RuleEntry,
+    load_decision_file,
+    load_global_config,
+    load_project_config,
+)
+from cloister_core.decisions import DecisionChange, DecisionStore
+from cloister_core.errors import (
+    CloisterError,
+    CloisterNameError,
+    ConfigError,
+    InvalidCommandError,
+    InvalidHostError,
+    TokenError,
+)
+from cloister_core.hosts import (
+    DomainPattern,
+    Host,
+    normalize_authority,
+    normalize_host,
+    normalize_pattern,
+)
+from cloister_core.names import (
+    cloister_name,
+    container_name,
+    project_name_from_path,
+    sanitize_branch,
+    validate_name,
+)
+from cloister_core.paths import CloisterPaths
+from cloister_core.policy import ProjectPolicy, load_project_policy
+from cloister_core.rules import DomainRule, Policy, RuleSource, Verdict, build_policy
+from cloister_core.tokens import (
+    TokenRecord,
+    TokenRegistry,
+    generate_token,
+    read_token_file,
+    write_token_file,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuditLog",
+    "CloisterError",
+    "CloisterNameError",
+    "CloisterPaths",
+    "CommandPolicy",
+    "CommandVerdict",
+    "ConfigError",
+    "DecisionChange",
+    "DecisionFile",
+    "DecisionStore",
+    "DomainPattern",
+    "DomainRule",
+    "GlobalConfig",
+    "Host",
+    "InvalidCommandError",
+    "InvalidHostError",
+    "Policy",
+    "ProjectConfig",
+    "ProjectPolicy",
+    "RuleEntry",
+    "RuleSource",
+    "TokenError",
+    "TokenRecord",
+    "TokenRegistry",
+    "Verdict",
+    "build_policy",
+    "canonical_command",
+    "cloister_name",
+    "container_name",
+    "generate_token",
+    "load_decision_file",
+    "load_global_config",
+    "load_project_config",
+    "load_project_policy",
+    "normalize_authority",
+    "normalize_host",
+    "normalize_pattern",
+    "project_name_from_path",
+    "read_token_file",
+    "sanitize_branch",
+    "validate_name",
+    "write_token_file",
+]

@@ -1,0 +1,218 @@
+"""Typed, frozen models of every file a human or the approval hub writes.
+
+Validation happens here, once: a loaded model is known-good (hosts normalised,
+patterns compiled, durations parsed), and every other module takes these values
+as given. Unknown keys are errors (``extra="forbid"``) so a typo such as
+``alow:`` is reported instead of silently allowing nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    IPvAnyNetwork,
+    PlainSerializer,
+    field_validator,
+    model_validator,
+)
+
+from cloister_core.errors import InvalidHostError
+from cloister_core.hosts import normalize_host, normalize_pattern
+
+UnlistedDomainBehavior = Literal["request_approval", "reject"]
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> timedelta:
+    """``90``, ``"90s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` → timedelta (Go style)."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        position, seconds = 0, 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != position:
+                break
+            seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+            position = match.end()
+        if not text or position != len(text):
+            raise ValueError(
+                f"not a duration: {value!r} (use a number of seconds or e.g. '60s', '5m', '1h30m')"
+            )
+    else:
+        raise ValueError(f"not a duration: {value!r}")
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    seconds = value.total_seconds()
+    return f"{seconds:g}s"
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+]
+Port = Annotated[int, Field(ge=1, le=65535, strict=True)]
+
+
+class Model(BaseModel):
+    """Base of every config model: frozen, unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuleEntry(Model):
+    """One allow or deny entry: ``{domain: x}`` or ``{pattern: "*.x"}``, optional ``ports``.
+
+    ``domain`` is an exact host name or an IP literal; ``pattern`` is ``*.suffix`` (the
+    apex and one label below) or ``**.suffix`` (any depth). Both are stored normalised.
+    ``ports`` replaces ``proxy.allowed_ports`` for this entry; a deny entry without
+    ``ports`` denies every port.
+    """
+
+    domain: str | None = None
+    pattern: str | None = None
+    ports: tuple[Port, ...] | None = None
+
+    @field_validator("domain")
+    @classmethod
+    def _normalise_domain(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return normalize_host(value).name
+        except InvalidHostError as error:
+            raise ValueError(str(error)) from None
+
+    @field_validator("pattern")
+    @classmethod
+    def _normalise_pattern(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(normalize_pattern(value))
+        except InvalidHostError as error:
+            raise ValueError(str(error)) from None
+
+    @field_validator("ports")
+    @classmethod
+    def _sorted_unique_ports(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("ports must not be empty; leave it out to use proxy.allowed_ports")
+        return tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _exactly_one_target(self) -> Self:
+        if (self.domain is None) == (self.pattern is None):
+            raise ValueError("each entry needs exactly one of 'domain' or 'pattern'")
+        return self
+
+    @property
+    def target(self) -> str:
+        """The normalised domain or pattern text."""
+        return self.domain if self.domain is not None else str(self.pattern)
+
+    @classmethod
+    def for_target(cls, target: str, ports: tuple[int, ...] | None = None) -> RuleEntry:
+        """An entry for *target*: a pattern if it starts with ``*``, else a domain."""
+        if target.startswith("*"):
+            return cls(pattern=target, ports=ports)
+        return cls(domain=target, ports=ports)
+
+
+class CommandPattern(Model):
+    """A hostexec pattern: a regular expression the whole canonical command must match."""
+
+    pattern: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise ValueError(f"not a valid regular expression: {value!r} ({error})") from None
+        return value
+
+
+class ProxyRules(Model):
+    """The allow and deny lists shared by every scope."""
+
+    allow: tuple[RuleEntry, ...] = ()
+    deny: tuple[RuleEntry, ...] = ()
+
+    @field_validator("allow", "deny", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: object) -> object:
+        # "allow:" with nothing under it is an empty list to a human.
+        return () if value is None else value
+
+
+class ProxyConfig(ProxyRules):
+    """``proxy:`` in config.yaml."""
+
+    unlisted_domain_behavior: UnlistedDomainBehavior = "request_approval"
+    approval_timeout: Duration = timedelta(seconds=60)
+    allowed_ports: tuple[Port, ...] = (80, 443)
+    allow_private_networks: tuple[IPvAnyNetwork, ...] = ()
+
+
+class CommandRules(Model):
+    """The hostexec pattern lists shared by config.yaml and project files."""
+
+    auto_approve: tuple[CommandPattern, ...] = ()
+    manual_approve: tuple[CommandPattern, ...] = ()
+
+    @field_validator("auto_approve", "manual_approve", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: object) -> object:
+        return () if value is None else value
+
+
+class HostexecConfig(CommandRules):
+    """``hostexec:`` in config.yaml."""
+
+    timeout: Duration = timedelta(seconds=300)
+
+
+class GlobalConfig(Model):
+    """``<config>/config.yaml``."""
+
+    proxy: ProxyConfig = ProxyConfig()
+    hostexec: HostexecConfig = HostexecConfig()
+
+
+class ProjectConfig(Model):
+    """``<config>/projects/<project>.yaml``: additions for one project."""
+
+    root: str | None = None
+    remote: str | None = None
+    refs: tuple[str, ...] = ()
+    proxy: ProxyRules = ProxyRules()
+    hostexec: CommandRules = CommandRules()
+
+
+class DecisionFile(ProxyRules):
+    """``<config>/decisions/global.yaml`` and ``decisions/projects/<p>.yaml``.
+
+    Written by the approval hub, readable and editable by humans (comments are kept).
+    """

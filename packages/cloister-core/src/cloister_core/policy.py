@@ -1,0 +1,77 @@
+"""Load everything that decides for one project: domains and host commands.
+
+The only I/O step between the files of DESIGN.md and the pure :class:`Policy` /
+:class:`CommandPolicy`: it reads ``config.yaml``, ``projects/<p>.yaml`` and both
+decision files, in that (scope) order, and compiles them. Services call it again
+when one of :meth:`ProjectPolicy.files` changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cloister_core.commands import CommandPolicy
+from cloister_core.config import (
+    CommandRules,
+    GlobalConfig,
+    ProjectConfig,
+    load_decision_file,
+    load_global_config,
+    load_project_config,
+)
+from cloister_core.paths import CloisterPaths
+from cloister_core.rules import Policy, RuleSource, build_policy
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectPolicy:
+    """The merged policy of one project (or of no project: global files only)."""
+
+    project: str | None
+    config: GlobalConfig
+    project_config: ProjectConfig
+    domains: Policy
+    commands: CommandPolicy
+    files: tuple[Path, ...]
+
+
+def load_project_policy(
+    paths: CloisterPaths, project: str | None, *, create_config: bool = False
+) -> ProjectPolicy:
+    """Read and compile every file that applies to *project*.
+
+    Raises :class:`~cloister_core.errors.ConfigError` (file and line) on the first
+    broken file; the caller keeps its previous policy in that case.
+    """
+    config = load_global_config(paths, create=create_config)
+    project_config = ProjectConfig()
+    layers = [
+        (RuleSource("global", paths.config_file), config.proxy),
+        (
+            RuleSource("global-decisions", paths.global_decisions),
+            load_decision_file(paths.global_decisions),
+        ),
+    ]
+    files = [paths.config_file, paths.global_decisions]
+    command_layers: list[tuple[Path, CommandRules]] = [(paths.config_file, config.hostexec)]
+    if project is not None:
+        project_config = load_project_config(paths, project)
+        decisions_path = paths.project_decisions(project)
+        layers.insert(
+            1, (RuleSource("project", paths.project_config(project)), project_config.proxy)
+        )
+        layers.append(
+            (RuleSource("project-decisions", decisions_path), load_decision_file(decisions_path))
+        )
+        files[1:1] = [paths.project_config(project)]
+        files.append(decisions_path)
+        command_layers.append((paths.project_config(project), project_config.hostexec))
+    return ProjectPolicy(
+        project=project,
+        config=config,
+        project_config=project_config,
+        domains=build_policy(layers, config.proxy.allowed_ports),
+        commands=CommandPolicy.from_rules(command_layers),
+        files=tuple(files),
+    )

@@ -1,0 +1,212 @@
+"""Cloister tokens: the only identity a request from a cloister carries.
+
+A token is 32 random bytes, hex-encoded. The CLI writes one JSON record per cloister
+to ``<config>/tokens/<cloister>`` (mode 0600); the guardian services load that
+directory read-only. The token value is a secret: records hide it from ``repr`` and
+logs (:class:`pydantic.SecretStr`), and a listing never shows it.
+
+Lookup is constant-time with respect to the secret: the presented token is keyed
+with HMAC-SHA256 under a random per-registry key and the digest is what the table is
+indexed by, so the time a lookup takes tells an attacker nothing about how close a
+guess was; the final comparison uses :func:`hmac.compare_digest`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    SecretStr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
+
+from cloister_core.errors import TokenError
+from cloister_core.fileio import atomic_write
+from cloister_core.names import validate_cloister_name, validate_name
+
+TOKEN_BYTES = 32
+_TOKEN_FORMAT = re.compile(r"[0-9a-f]{64}")
+
+
+def generate_token() -> str:
+    """A new token: 32 random bytes as 64 lower-case hex characters."""
+    return secrets.token_hex(TOKEN_BYTES)
+
+
+class TokenRecord(BaseModel):
+    """The JSON record in ``tokens/<cloister>``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: SecretStr
+    cloister: str
+    project: str
+    branch: str | None = None
+    path: str
+    created_at: AwareDatetime
+
+    @field_validator("token")
+    @classmethod
+    def _token_format(cls, value: SecretStr) -> SecretStr:
+        if not _TOKEN_FORMAT.fullmatch(value.get_secret_value()):
+            raise ValueError("token must be 64 lower-case hex characters")
+        return value
+
+    @field_validator("cloister")
+    @classmethod
+    def _cloister_name(cls, value: str) -> str:
+        return validate_cloister_name(value)
+
+    @field_validator("project")
+    @classmethod
+    def _project_name(cls, value: str) -> str:
+        return validate_name(value, what="project name")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute_path(cls, value: str) -> str:
+        if not Path(value).is_absolute():
+            raise ValueError(f"path must be absolute, got {value!r}")
+        return value
+
+    @field_serializer("token", when_used="json")
+    def _reveal_token(self, value: SecretStr) -> str:
+        # Only the token file's JSON holds the value; repr and model_dump() mask it.
+        return value.get_secret_value()
+
+    @property
+    def secret(self) -> str:
+        return self.token.get_secret_value()
+
+    @classmethod
+    def create(
+        cls, *, cloister: str, project: str, path: Path, branch: str | None = None
+    ) -> TokenRecord:
+        """A record with a fresh token, created now."""
+        return cls(
+            token=SecretStr(generate_token()),
+            cloister=cloister,
+            project=project,
+            branch=branch,
+            path=str(path),
+            created_at=datetime.now(UTC),
+        )
+
+
+def token_path(tokens_dir: Path, cloister: str) -> Path:
+    return tokens_dir / validate_cloister_name(cloister)
+
+
+def write_token_file(tokens_dir: Path, record: TokenRecord) -> Path:
+    """Write *record* atomically to ``<tokens_dir>/<cloister>`` with mode 0600."""
+    path = token_path(tokens_dir, record.cloister)
+    atomic_write(path, record.model_dump_json(indent=2) + "\n", mode=0o600, dir_mode=0o700)
+    return path
+
+
+def read_token_file(path: Path) -> TokenRecord:
+    """Read one token record; :class:`TokenError` says which file and what is wrong."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return TokenRecord.model_validate(data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise TokenError(f"{path}: cannot read token file: {error}") from None
+    except ValidationError as error:
+        details = "; ".join(
+            f"{'.'.join(map(str, item['loc'])) or 'record'}: {item['msg']}"
+            for item in error.errors()
+        )
+        raise TokenError(f"{path}: invalid token file: {details}") from None
+
+
+def remove_token_file(tokens_dir: Path, cloister: str) -> bool:
+    """Delete the token file of *cloister*; False if there was none."""
+    try:
+        token_path(tokens_dir, cloister).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _encode(token: str) -> bytes:
+    # Whatever a client sent (even lone surrogates) must hash, not raise.
+    return token.encode("utf-8", "surrogatepass")
+
+
+class TokenRegistry:
+    """In-memory token table with constant-time lookup."""
+
+    __slots__ = ("_by_digest", "_key")
+
+    def __init__(self, records: Iterable[TokenRecord] = ()) -> None:
+        self._key = secrets.token_bytes(32)
+        self._by_digest: dict[bytes, TokenRecord] = {}
+        for record in records:
+            self.add(record)
+
+    def _digest(self, token: str) -> bytes:
+        return hmac.new(self._key, _encode(token), hashlib.sha256).digest()
+
+    @classmethod
+    def load(cls, tokens_dir: Path) -> tuple[TokenRegistry, list[TokenError]]:
+        """Every valid record in *tokens_dir*, plus the errors of the files that were not.
+
+        Dot files (temporary files of an atomic write) are skipped.
+        """
+        registry = cls()
+        errors: list[TokenError] = []
+        try:
+            entries = sorted(tokens_dir.iterdir())
+        except FileNotFoundError:
+            return registry, errors
+        for path in entries:
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            try:
+                registry.add(read_token_file(path))
+            except TokenError as error:
+                errors.append(error)
+        return registry, errors
+
+    def add(self, record: TokenRecord) -> None:
+        self._by_digest[self._digest(record.secret)] = record
+
+    def lookup(self, token: str) -> TokenRecord | None:
+        """The record for *token*, or None; timing does not depend on the secret."""
+        record = self._by_digest.get(self._digest(token))
+        if record is None or not hmac.compare_digest(record.secret.encode(), _encode(token)):
+            return None
+        return record
+
+    def revoke(self, token: str) -> TokenRecord | None:
+        """Forget *token*; returns its record if it was known."""
+        record = self.lookup(token)
+        if record is not None:
+            del self._by_digest[self._digest(token)]
+        return record
+
+    def revoke_cloister(self, cloister: str) -> list[TokenRecord]:
+        """Forget every token of *cloister*."""
+        gone = [digest for digest, record in self._by_digest.items() if record.cloister == cloister]
+        return [self._by_digest.pop(digest) for digest in gone]
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, str) and self.lookup(token) is not None
+
+    def __iter__(self) -> Iterator[TokenRecord]:
+        return iter(list(self._by_digest.values()))

@@ -1,0 +1,39 @@
+"""Every command has help with an example (the sqlite-utils rule), enforced here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from cloister_cli.main import cli
+
+
+def walk(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    yield path
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from walk(sub, (*path, name))
+
+
+COMMANDS = list(walk(cli))
+
+
+def test_there_are_commands() -> None:
+    assert ("config", "check") in COMMANDS
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(("cloister", *path)))
+def test_help_has_an_example(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(cli, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Examples:" in result.output
+    example_lines = result.output.split("Examples:", 1)[1].splitlines()
+    assert any(line.strip().startswith("cloister ") for line in example_lines), result.output
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    assert command.help, f"cloister {' '.join(path)} has no help text"

@@ -1,0 +1,137 @@
+"""Tokens: generation, 0600 files, directory loading, constant-time lookup, revoke."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cloister_core.errors import CloisterNameError, TokenError
+from cloister_core.tokens import (
+    TokenRecord,
+    TokenRegistry,
+    generate_token,
+    read_token_file,
+    remove_token_file,
+    write_token_file,
+)
+
+
+def record(cloister: str = "my-api", project: str = "my-api") -> TokenRecord:
+    return TokenRecord.create(cloister=cloister, project=project, path=Path("/home/me/my-api"))
+
+
+def test_generate_token_is_32_random_bytes_hex() -> None:
+    tokens = {generate_token() for _ in range(100)}
+    assert len(tokens) == 100
+    assert all(re.fullmatch(r"[0-9a-f]{64}", token) for token in tokens)
+
+
+def test_record_hides_its_secret() -> None:
+    item = record()
+    assert item.secret not in repr(item)
+    assert item.secret not in str(item)
+    assert item.secret not in str(item.model_dump())
+    assert json.loads(item.model_dump_json())["token"] == item.secret
+
+
+def test_write_and_read_token_file(tmp_path: Path) -> None:
+    tokens_dir = tmp_path / "tokens"
+    item = TokenRecord.create(
+        cloister="my-api-feature", project="my-api", branch="feature/x", path=Path("/w/t")
+    )
+    path = write_token_file(tokens_dir, item)
+    assert path == tokens_dir / "my-api-feature"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert tokens_dir.stat().st_mode & 0o777 == 0o700
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert set(data) == {"token", "cloister", "project", "branch", "path", "created_at"}
+    assert read_token_file(path) == item
+    assert remove_token_file(tokens_dir, "my-api-feature")
+    assert not remove_token_file(tokens_dir, "my-api-feature")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("not json", "cannot read token file"),
+        ('{"token": "abc"}', "invalid token file"),
+        (
+            '{"token": "' + "A" * 64 + '", "cloister": "x", "project": "x", "path": "/x",'
+            ' "created_at": "2026-01-01T00:00:00Z"}',
+            "64 lower-case hex",
+        ),
+        (
+            '{"token": "' + "a" * 64 + '", "cloister": "x", "project": "x", "path": "rel",'
+            ' "created_at": "2026-01-01T00:00:00Z"}',
+            "must be absolute",
+        ),
+        (
+            '{"token": "' + "a" * 64 + '", "cloister": "../x", "project": "x", "path": "/x",'
+            ' "created_at": "2026-01-01T00:00:00Z"}',
+            "not valid",
+        ),
+        (
+            '{"token": "' + "a" * 64 + '", "cloister": "x", "project": "x", "path": "/x",'
+            ' "created_at": "2026-01-01T00:00:00Z", "admin": true}',
+            "Extra inputs",
+        ),
+    ],
+)
+def test_bad_token_files_are_reported(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "x"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(TokenError, match=re.escape(str(path))) as caught:
+        read_token_file(path)
+    assert problem in str(caught.value)
+    assert "a" * 64 not in str(caught.value)
+
+
+def test_registry_load_skips_and_reports_bad_files(tmp_path: Path) -> None:
+    tokens_dir = tmp_path / "tokens"
+    good = [record("one"), record("two")]
+    for item in good:
+        write_token_file(tokens_dir, item)
+    (tokens_dir / "broken").write_text("{", encoding="utf-8")
+    (tokens_dir / ".one.abc.tmp").write_text("{", encoding="utf-8")  # a write in progress
+    registry, errors = TokenRegistry.load(tokens_dir)
+    assert len(registry) == 2
+    assert [str(error).split(":")[0] for error in errors] == [str(tokens_dir / "broken")]
+    for item in good:
+        assert registry.lookup(item.secret) == item
+
+
+def test_registry_load_of_missing_directory(tmp_path: Path) -> None:
+    registry, errors = TokenRegistry.load(tmp_path / "absent")
+    assert (len(registry), errors) == (0, [])
+
+
+def test_lookup_and_revoke() -> None:
+    one, two = record("one"), record("two")
+    registry = TokenRegistry([one, two])
+    assert registry.lookup(one.secret) == one
+    assert one.secret in registry
+    # A near miss, the wrong case, garbage and hostile input all miss without raising.
+    near = one.secret[:-1] + ("0" if one.secret[-1] != "0" else "1")
+    for attempt in (near, one.secret.upper(), "", "x" * 10_000, "\ud800", one.secret + "\x00"):
+        assert registry.lookup(attempt) is None
+    assert registry.revoke(one.secret) == one
+    assert registry.lookup(one.secret) is None
+    assert registry.revoke(one.secret) is None
+    assert list(registry) == [two]
+
+
+def test_revoke_cloister() -> None:
+    first, second = record("one"), record("one")
+    registry = TokenRegistry([first, second, record("two")])
+    assert set(map(id, registry.revoke_cloister("one"))) == {id(first), id(second)}
+    assert len(registry) == 1
+
+
+def test_reserved_cloister_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        record("guardian")
+    with pytest.raises(CloisterNameError, match="reserved"):
+        remove_token_file(Path("/nonexistent"), "guardian-x")
