@@ -72,6 +72,14 @@ Duration = Annotated[
 Port = Annotated[int, Field(ge=1, le=65535, strict=True)]
 
 
+def _none_is_empty(value: object) -> object:
+    # "allow:" with nothing under it is an empty list to a human.
+    return () if value is None else value
+
+
+EmptyIfNull = BeforeValidator(_none_is_empty)
+
+
 class Model(BaseModel):
     """Base of every config model: frozen, unknown keys are errors."""
 
@@ -157,14 +165,8 @@ class CommandPattern(Model):
 class ProxyRules(Model):
     """The allow and deny lists shared by every scope."""
 
-    allow: tuple[RuleEntry, ...] = ()
-    deny: tuple[RuleEntry, ...] = ()
-
-    @field_validator("allow", "deny", mode="before")
-    @classmethod
-    def _null_is_empty(cls, value: object) -> object:
-        # "allow:" with nothing under it is an empty list to a human.
-        return () if value is None else value
+    allow: Annotated[tuple[RuleEntry, ...], EmptyIfNull] = ()
+    deny: Annotated[tuple[RuleEntry, ...], EmptyIfNull] = ()
 
 
 class ProxyConfig(ProxyRules):
@@ -173,19 +175,14 @@ class ProxyConfig(ProxyRules):
     unlisted_domain_behavior: UnlistedDomainBehavior = "request_approval"
     approval_timeout: Duration = timedelta(seconds=60)
     allowed_ports: tuple[Port, ...] = (80, 443)
-    allow_private_networks: tuple[IPvAnyNetwork, ...] = ()
+    allow_private_networks: Annotated[tuple[IPvAnyNetwork, ...], EmptyIfNull] = ()
 
 
 class CommandRules(Model):
     """The hostexec pattern lists shared by config.yaml and project files."""
 
-    auto_approve: tuple[CommandPattern, ...] = ()
-    manual_approve: tuple[CommandPattern, ...] = ()
-
-    @field_validator("auto_approve", "manual_approve", mode="before")
-    @classmethod
-    def _null_is_empty(cls, value: object) -> object:
-        return () if value is None else value
+    auto_approve: Annotated[tuple[CommandPattern, ...], EmptyIfNull] = ()
+    manual_approve: Annotated[tuple[CommandPattern, ...], EmptyIfNull] = ()
 
 
 class HostexecConfig(CommandRules):
@@ -206,7 +203,7 @@ class ProjectConfig(Model):
 
     root: str | None = None
     remote: str | None = None
-    refs: tuple[str, ...] = ()
+    refs: Annotated[tuple[str, ...], EmptyIfNull] = ()
     proxy: ProxyRules = ProxyRules()
     hostexec: CommandRules = CommandRules()
 
