@@ -232,13 +232,23 @@ def test_unreadable_file_is_a_config_error(paths: CloisterPaths) -> None:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [(60, 60), (1.5, 1.5), ("60s", 60), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25), (" 2s ", 2)],
+    [
+        (60, 60),
+        (1.5, 1.5),
+        ("90", 90),
+        ("0.5", 0.5),
+        ("60s", 60),
+        ("5m", 300),
+        ("1h30m", 5400),
+        ("250ms", 0.25),
+        (" 2s ", 2),
+    ],
 )
 def test_parse_duration(value: object, seconds: float) -> None:
     assert parse_duration(value).total_seconds() == seconds
 
 
-@pytest.mark.parametrize("value", ["", "5", "5x", "s", "1m 2s", "-1s", 0, -3, True, None, "0s"])
+@pytest.mark.parametrize("value", ["", "0", "5x", "s", "1m 2s", "-1s", 0, -3, True, None, "0s"])
 def test_parse_duration_refuses(value: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(value)

@@ -29,17 +29,20 @@ from cloister_core.hosts import normalize_host, normalize_pattern
 UnlistedDomainBehavior = Literal["request_approval", "reject"]
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(value: object) -> timedelta:
-    """``90``, ``"90s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` → timedelta (Go style)."""
+    """``90``, ``"90"``, ``"90s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` → timedelta."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
         seconds = float(value)
+    elif isinstance(value, str) and _PLAIN_NUMBER.fullmatch(value.strip()):
+        seconds = float(value)  # environment variables are strings: "90" is 90 seconds
     elif isinstance(value, str):
         text = value.strip()
         position, seconds = 0, 0.0

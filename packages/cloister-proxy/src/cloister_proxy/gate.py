@@ -1,0 +1,242 @@
+"""The proxy's decisions, sans I/O: who is asking, may they go there, and what to say.
+
+Order matters and is fixed here: authentication first (no policy, DNS or approval
+work for an unknown caller), then the destination's policy verdict, then — only for
+a host no rule mentions — the approval hub. Each refusal is a :class:`Refusal`: the
+status, the ``X-Cloister-Reason`` code, and one plain-text line that says what
+happened and what the human can do about it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Literal
+
+from cloister_core.errors import InvalidHostError
+from cloister_core.hosts import Host, normalize_host
+from cloister_core.hub import DomainDecision
+from cloister_core.policy import ProjectPolicy
+from cloister_core.rules import DomainRule, Policy, Verdict
+from cloister_core.tokens import TokenRecord, TokenRegistry
+from cloister_proxy.addresses import AddressCheck
+from cloister_proxy.http1 import HttpError, ProxyTarget, RequestHead, render_response
+
+ReasonCode = Literal[
+    "denied", "not-approved", "approval-timeout", "private-address", "port-not-allowed"
+]
+REASON_HEADER = "X-Cloister-Reason"
+PROXY_AUTHENTICATE = ("Proxy-Authenticate", 'Basic realm="cloister"')
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An answer the proxy gives instead of connecting."""
+
+    status: int
+    message: str
+    reason: ReasonCode | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    rule: DomainRule | None = None  # the rule that decided, for the audit line
+
+    def render(self) -> bytes:
+        headers = list(self.headers)
+        if self.reason is not None:
+            headers.append((REASON_HEADER, self.reason))
+        return render_response(self.status, self.message + "\n", headers=headers)
+
+
+AUTH_REQUIRED = Refusal(
+    407,
+    "cloister: proxy authentication required: use the proxy URL from $HTTPS_PROXY"
+    " (it carries this cloister's token)",
+    headers=(PROXY_AUTHENTICATE,),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    host: Host
+    port: int
+
+    @property
+    def authority(self) -> str:
+        return self.host.authority(self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    destination: Destination
+    verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    destination: Destination
+
+
+Decision = Allowed | NeedsApproval | Refusal
+
+
+def token_from_proxy_authorization(value: str | None) -> str | None:
+    """The password of ``Proxy-Authorization: Basic``; the user name is ignored."""
+    if value is None:
+        return None
+    scheme, _, encoded = value.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    _user, sep, password = decoded.partition(":")
+    return password if sep else None
+
+
+def authenticate(head: RequestHead, registry: TokenRegistry) -> TokenRecord | None:
+    """The cloister behind this request, or None (answer :data:`AUTH_REQUIRED`)."""
+    try:
+        header = head.headers.get("proxy-authorization")
+    except HttpError:
+        return None
+    token = token_from_proxy_authorization(header)
+    return registry.lookup(token) if token is not None else None
+
+
+def destination_of(target: ProxyTarget) -> Destination:
+    try:
+        return Destination(normalize_host(target.host), target.port)
+    except InvalidHostError as error:
+        raise HttpError(400, str(error)) from None
+
+
+def decide(
+    destination: Destination,
+    policy: ProjectPolicy,
+    session: Policy | None,
+    *,
+    hub_configured: bool,
+) -> Decision:
+    """The policy's answer for one destination of one cloister."""
+    verdict = policy.domains.decide(destination.host, destination.port, session)
+    if verdict.action == "allow":
+        return Allowed(destination, verdict)
+    if verdict.action == "deny":
+        return _refusal_for(destination, verdict, sorted(policy.domains.allowed_ports))
+    return _unlisted(destination, policy, hub_configured=hub_configured)
+
+
+def _refusal_for(destination: Destination, verdict: Verdict, allowed_ports: list[int]) -> Refusal:
+    where = f"{verdict.rule.text} in {verdict.rule.source}" if verdict.rule else "a rule"
+    if verdict.reason == "denied":
+        return Refusal(
+            403,
+            f"cloister: {destination.authority} is denied by {where}; remove that rule to allow it",
+            "denied",
+            rule=verdict.rule,
+        )
+    opened = sorted(verdict.rule.ports) if verdict.rule and verdict.rule.ports else allowed_ports
+    return Refusal(
+        403,
+        f"cloister: port {destination.port} is not open for {destination.host}: {where} opens"
+        f" {opened}; add `ports: [{destination.port}]` to a rule for {destination.host} to open it",
+        "port-not-allowed",
+        rule=verdict.rule,
+    )
+
+
+def _unlisted(destination: Destination, policy: ProjectPolicy, *, hub_configured: bool) -> Decision:
+    """A destination no rule mentions: refuse at once, or ask a human."""
+    host, port = destination.host, destination.port
+    config_file = policy.files[0]
+    if port not in policy.domains.allowed_ports:
+        # Approving the host would not open this port, so do not ask.
+        return Refusal(
+            403,
+            f"cloister: {destination.authority} is not on the allowlist and port {port} is not"
+            f" in proxy.allowed_ports {sorted(policy.domains.allowed_ports)}; add a rule with"
+            f" `ports: [{port}]` to {config_file} to allow it",
+            "port-not-allowed",
+        )
+    if host.is_ip:
+        return Refusal(
+            403,
+            f"cloister: {destination.authority} is an IP address; IP destinations need an"
+            f" explicit rule (`- domain: {host.name}` under proxy.allow in {config_file})",
+            "not-approved",
+        )
+    behavior = policy.config.proxy.unlisted_domain_behavior
+    if behavior == "request_approval" and hub_configured:
+        return NeedsApproval(destination)
+    why = (
+        "unlisted domains are refused (unlisted_domain_behavior: reject)"
+        if behavior == "reject"
+        else "no approval hub is configured"
+    )
+    return Refusal(
+        403,
+        f"cloister: {host} is not on the allowlist and {why}; add it to proxy.allow in"
+        f" {config_file} to allow it",
+        "not-approved",
+    )
+
+
+def after_approval(
+    destination: Destination, decision: DomainDecision | None, timeout_seconds: float
+) -> Allowed | Refusal:
+    """Turn the hub's answer (None: nobody answered in time) into the final decision."""
+    if decision is None or decision.action == "timeout":
+        return Refusal(
+            403,
+            f"cloister: nobody approved {destination.host} within {timeout_seconds:g}s;"
+            " approve it in the Cloister approval UI, then retry",
+            "approval-timeout",
+        )
+    if decision.action == "deny":
+        scope = f" ({decision.scope})" if decision.scope else ""
+        return Refusal(
+            403,
+            f"cloister: {destination.host} was denied in the approval UI{scope}",
+            "denied",
+        )
+    verdict = Verdict("allow", "allowed", destination.host, destination.port, None)
+    return Allowed(destination, verdict)
+
+
+def hub_unavailable(destination: Destination, problem: str) -> Refusal:
+    return Refusal(
+        403,
+        f"cloister: {destination.host} is not on the allowlist and the approval hub could not"
+        f" be asked ({problem}); check `cloister guardian status`",
+        "not-approved",
+    )
+
+
+def private_address(destination: Destination, check: AddressCheck) -> Refusal:
+    return Refusal(
+        403,
+        f"cloister: {destination.host} resolves to {check.address} ({check.address_class}),"
+        " which cloisters may not reach; add its network to proxy.allow_private_networks"
+        " if this is intended",
+        "private-address",
+    )
+
+
+def upstream_unreachable(destination: Destination, problem: str) -> Refusal:
+    return Refusal(502, f"cloister: cannot reach {destination.authority}: {problem}")
+
+
+def upstream_timeout(destination: Destination, seconds: float) -> Refusal:
+    return Refusal(504, f"cloister: {destination.authority} did not answer within {seconds:g}s")
+
+
+def bad_request(error: HttpError) -> Refusal:
+    return Refusal(error.status, f"cloister: {error.message}")
+
+
+TOO_MANY_FOR_TOKEN = Refusal(
+    429, "cloister: this cloister has too many connections open through the proxy; close some"
+)
+TOO_MANY = Refusal(503, "cloister: the proxy is at its connection limit; retry shortly")
+HEAD_TIMEOUT = Refusal(408, "cloister: the request head did not arrive in time")

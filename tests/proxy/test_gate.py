@@ -1,0 +1,152 @@
+"""The proxy's pure decision layer: parsed requests and policies in, decisions out."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from cloister_core.config.models import RuleEntry
+from cloister_core.hosts import normalize_host
+from cloister_core.hub import DomainDecision
+from cloister_core.paths import CloisterPaths
+from cloister_core.policy import ProjectPolicy, load_project_policy
+from cloister_core.tokens import TokenRecord, TokenRegistry
+from cloister_proxy import gate
+from cloister_proxy.addresses import AddressCheck, parse_address
+from cloister_proxy.http1 import HttpError, ProxyTarget, parse_request_head
+
+
+def policy_from(tmp_path: Path, config: str, project: str | None = None) -> ProjectPolicy:
+    paths = CloisterPaths(tmp_path / "config", tmp_path / "data")
+    paths.config_dir.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text(config, encoding="utf-8")
+    return load_project_policy(paths, project)
+
+
+def dest(host: str, port: int = 443) -> gate.Destination:
+    return gate.Destination(normalize_host(host), port)
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Basic " + base64.b64encode(b"cloister:abc").decode(), "abc"),
+        ("basic " + base64.b64encode(b":abc").decode(), "abc"),
+        ("Basic " + base64.b64encode(b"user:a:b").decode(), "a:b"),
+        ("Basic " + base64.b64encode(b"nocolon").decode(), None),
+        ("Basic !!!", None),
+        ("Bearer abc", None),
+        ("Basic " + base64.b64encode(b"\xff:x").decode(), None),
+        (None, None),
+    ],
+)
+def test_token_from_proxy_authorization(header: str | None, token: str | None) -> None:
+    assert gate.token_from_proxy_authorization(header) == token
+
+
+def test_authenticate() -> None:
+    record = TokenRecord.create(cloister="c", project="p", path=Path("/w"))
+    registry = TokenRegistry([record])
+    auth = base64.b64encode(f"x:{record.secret}".encode()).decode()
+    good = parse_request_head(
+        f"CONNECT a.test:443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode()
+    )
+    assert gate.authenticate(good, registry) == record
+    twice = parse_request_head(
+        f"CONNECT a.test:443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n"
+        f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
+    )
+    assert gate.authenticate(twice, registry) is None
+    missing = parse_request_head(b"CONNECT a.test:443 HTTP/1.1\r\n\r\n")
+    assert gate.authenticate(missing, registry) is None
+
+
+def test_destination_of() -> None:
+    assert gate.destination_of(ProxyTarget("connect", "API.Test.", 443)) == dest("api.test")
+    with pytest.raises(HttpError) as caught:
+        gate.destination_of(ProxyTarget("connect", "bad host", 443))
+    assert caught.value.status == 400
+
+
+def test_decide_allow_and_deny(tmp_path: Path) -> None:
+    policy = policy_from(
+        tmp_path,
+        "proxy:\n  allow: [{pattern: '*.ok.test'}, {domain: alt.test, ports: [8443]}]\n"
+        "  deny: [{domain: bad.ok.test}]\n",
+    )
+    allowed = gate.decide(dest("api.ok.test"), policy, None, hub_configured=True)
+    assert isinstance(allowed, gate.Allowed)
+    assert allowed.verdict.rule is not None
+    assert allowed.verdict.rule.text == "*.ok.test"
+
+    denied = gate.decide(dest("bad.ok.test"), policy, None, hub_configured=True)
+    assert isinstance(denied, gate.Refusal)
+    assert (denied.status, denied.reason) == (403, "denied")
+    assert denied.message.startswith("cloister: bad.ok.test:443 is denied by bad.ok.test in ")
+    assert denied.rule is not None
+
+    port = gate.decide(dest("alt.test", 443), policy, None, hub_configured=True)
+    assert isinstance(port, gate.Refusal)
+    assert port.reason == "port-not-allowed"
+    assert "opens [8443]" in port.message
+
+
+def test_decide_unlisted(tmp_path: Path) -> None:
+    ask = policy_from(tmp_path / "a", "proxy:\n  allow: []\n")
+    assert isinstance(
+        gate.decide(dest("new.test"), ask, None, hub_configured=True), gate.NeedsApproval
+    )
+    no_hub = gate.decide(dest("new.test"), ask, None, hub_configured=False)
+    assert isinstance(no_hub, gate.Refusal)
+    assert (no_hub.reason, "no approval hub is configured" in no_hub.message) == (
+        "not-approved",
+        True,
+    )
+    ip = gate.decide(dest("203.0.113.9"), ask, None, hub_configured=True)
+    assert isinstance(ip, gate.Refusal)
+    assert ip.reason == "not-approved"
+    odd_port = gate.decide(dest("new.test", 8443), ask, None, hub_configured=True)
+    assert isinstance(odd_port, gate.Refusal)
+    assert odd_port.reason == "port-not-allowed"
+    reject = policy_from(tmp_path / "r", "proxy:\n  unlisted_domain_behavior: reject\n")
+    refused = gate.decide(dest("new.test"), reject, None, hub_configured=True)
+    assert isinstance(refused, gate.Refusal)
+    assert "unlisted_domain_behavior: reject" in refused.message
+
+
+def test_after_approval() -> None:
+    destination = dest("new.test")
+    assert gate.after_approval(destination, None, 60).reason == "approval-timeout"  # type: ignore[union-attr]
+    timeout = gate.after_approval(destination, DomainDecision(action="timeout"), 2.5)
+    assert isinstance(timeout, gate.Refusal)
+    assert "within 2.5s" in timeout.message
+    deny = gate.after_approval(destination, DomainDecision(action="deny", scope="project"), 60)
+    assert isinstance(deny, gate.Refusal)
+    assert (deny.reason, deny.message) == (
+        "denied",
+        "cloister: new.test was denied in the approval UI (project)",
+    )
+    allow = gate.after_approval(
+        destination,
+        DomainDecision(action="allow", scope="session", entry=RuleEntry(domain="new.test")),
+        60,
+    )
+    assert isinstance(allow, gate.Allowed)
+
+
+def test_refusal_renders_reason_header() -> None:
+    check = AddressCheck(parse_address("10.0.0.1"), "private", allowed=False)
+    rendered = gate.private_address(dest("intranet.test"), check).render()
+    head, _, body = rendered.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert b"\r\nX-Cloister-Reason: private-address\r\n" in head + b"\r\n"
+    assert b"\r\nConnection: close" in head
+    assert body == (
+        b"cloister: intranet.test resolves to 10.0.0.1 (private), which cloisters may not"
+        b" reach; add its network to proxy.allow_private_networks if this is intended\n"
+    )
+    auth = gate.AUTH_REQUIRED.render()
+    assert b'Proxy-Authenticate: Basic realm="cloister"' in auth
+    assert b"X-Cloister-Reason" not in auth
