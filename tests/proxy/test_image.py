@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -21,6 +22,8 @@ from tests.proxy.support import basic, read_response, recv_exactly
 pytestmark = pytest.mark.docker
 TAG = "cloister-proxy:test"
 LABELS = {"org.cloister.test": "tests/proxy/test_image.py"}
+# 127.0.0.1 and a free port (None); the SDK's stubs do not know the None form.
+PUBLISH_ON_LOOPBACK: Any = {"3128/tcp": ("127.0.0.1", None)}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,8 @@ def proxy_image(
 def exec_ok(container: Container, *argv: str) -> str:
     result = container.exec_run(list(argv))
     assert result.exit_code == 0, result.output
-    return str(result.output.decode().strip())
+    assert isinstance(result.output, bytes)
+    return result.output.decode().strip()
 
 
 def wait_healthy(container: Container, timeout: float = 30) -> None:
@@ -97,7 +101,7 @@ def stack(
             name=f"proxy-{suffix}",
             network=network.name,
             volumes={str(config): {"bind": "/config", "mode": "ro"}},
-            ports={"3128/tcp": ("127.0.0.1", None)},
+            ports=PUBLISH_ON_LOOPBACK,
             labels=LABELS,
             detach=True,
         )

@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from cloister_proxy.settings import ProxySettings, parse_listen
 
@@ -42,7 +42,7 @@ def test_environment_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert settings.listen_address == ("::", 3128)
     assert settings.idle_timeout == timedelta(seconds=90)
     assert settings.credential() == "s3cret"
-    assert "s3cret" not in repr(ProxySettings(approval_credential="s3cret"))
+    assert "s3cret" not in repr(ProxySettings(approval_credential=SecretStr("s3cret")))
 
 
 def test_config_dir_defaults_to_cloister_paths(monkeypatch: pytest.MonkeyPatch) -> None:
