@@ -1,10 +1,10 @@
-"""Shared pytest wiring: the ``docker`` marker and the Docker engine it needs.
+"""Shared pytest wiring: the ``docker`` and ``browser`` markers and what they need.
 
-Tests marked ``@pytest.mark.docker`` need a reachable Docker engine. Whether one is
-reachable is probed once per session. Without one such a test is skipped on a
-developer's machine but *fails* when the ``CI`` environment variable is set (CI must
-prove the container behaviour, not quietly skip it). A line at the end of the run says
-how many Docker-marked tests passed, failed and were skipped.
+Tests marked ``@pytest.mark.docker`` need a reachable Docker engine (probed once per
+session); tests marked ``@pytest.mark.browser`` need Debian's Chromium for Playwright.
+Without them such a test is skipped on a developer's machine but *fails* when the
+``CI`` environment variable is set (CI must prove the behaviour, not quietly skip it).
+Lines at the end of the run say how many marked tests passed, failed and were skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import requests
 from hypothesis import settings as hypothesis_settings
 
 DOCKER_MARKER = "docker"
+BROWSER_MARKER = "browser"
+CHROMIUM = "/usr/bin/chromium"
 PROBE_TIMEOUT_SECONDS = 5
 
 Outcome = Literal["passed", "failed", "skipped"]
@@ -44,8 +46,8 @@ class EngineProbe:
 
 
 @dataclass
-class DockerTally:
-    """Which collected items carry the docker marker, and how each one ended."""
+class MarkerTally:
+    """Which collected items carry a marker, and how each one ended."""
 
     marked: set[str] = field(default_factory=set)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
@@ -75,7 +77,7 @@ def in_ci() -> bool:
 def _skip_or_fail(reason: str) -> NoReturn:
     """Skip the current test, or fail it when running under CI (``CI`` set, non-empty)."""
     if in_ci():
-        pytest.fail(f"{reason}; CI is set, and CI requires the Docker tests to run", pytrace=False)
+        pytest.fail(f"{reason}; CI is set, and CI requires these tests to run", pytrace=False)
     pytest.skip(reason)
 
 
@@ -126,43 +128,63 @@ def require_engine(config: pytest.Config) -> None:
         )
 
 
-class DockerTallyPlugin:
-    """Counts the docker-marked tests by outcome and prints the tally at the end."""
+class TallyPlugin:
+    """Counts the docker- and browser-marked tests by outcome and prints the tallies,
+    so a CI log shows that they ran rather than skipped."""
 
     def __init__(self) -> None:
-        self.tally = DockerTally()
+        self.tallies = {DOCKER_MARKER: MarkerTally(), BROWSER_MARKER: MarkerTally()}
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.tally.marked.update(
-            item.nodeid for item in items if item.get_closest_marker(DOCKER_MARKER) is not None
-        )
+        for marker, tally in self.tallies.items():
+            tally.marked.update(
+                item.nodeid for item in items if item.get_closest_marker(marker) is not None
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.nodeid not in self.tally.marked:
-            return
-        if report.failed:
-            self.tally.record(report.nodeid, "failed")
-        elif report.skipped:
-            self.tally.record(report.nodeid, "skipped")
-        elif report.when == "call":
-            self.tally.record(report.nodeid, "passed")
+        for tally in self.tallies.values():
+            if report.nodeid not in tally.marked:
+                continue
+            if report.failed:
+                tally.record(report.nodeid, "failed")
+            elif report.skipped:
+                tally.record(report.nodeid, "skipped")
+            elif report.when == "call":
+                tally.record(report.nodeid, "passed")
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        tally = self.tally
-        terminalreporter.write_line(
-            f"docker-marked tests: {tally.count('passed')} passed, "
-            f"{tally.count('failed')} failed, {tally.count('skipped')} skipped"
-        )
+        for marker, tally in self.tallies.items():
+            terminalreporter.write_line(
+                f"{marker}-marked tests: {tally.count('passed')} passed, "
+                f"{tally.count('failed')} failed, {tally.count('skipped')} skipped"
+            )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(DockerTallyPlugin(), "cloister-docker-tally")
+    config.pluginmanager.register(TallyPlugin(), "cloister-marker-tally")
+
+
+def chromium_path() -> str:
+    """Debian's Chromium, or $CLOISTER_CHROMIUM; Playwright drives it (no browser download)."""
+    return os.environ.get("CLOISTER_CHROMIUM", CHROMIUM)
+
+
+def require_browser() -> None:
+    path = chromium_path()
+    if not os.access(path, os.X_OK):
+        _skip_or_fail(f"no Chromium at {path} (apt-get install chromium, or set CLOISTER_CHROMIUM)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError as error:
+        _skip_or_fail(f"playwright is not installed: {error}")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker(DOCKER_MARKER) is not None:
         require_engine(item.config)
+    if item.get_closest_marker(BROWSER_MARKER) is not None:
+        require_browser()
 
 
 @pytest.fixture(scope="session")

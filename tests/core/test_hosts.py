@@ -198,3 +198,26 @@ def test_pattern_normalisation_is_idempotent(prefix: str, text: str) -> None:
         return
     assert normalize_pattern(str(pattern)) == pattern
     assert isinstance(pattern, DomainPattern)
+
+
+@pytest.mark.parametrize(
+    ("host", "wildcard"),
+    [
+        ("api.example.com", "*.example.com"),
+        ("a.b.example.com", "*.b.example.com"),
+        ("example.com", "*.example.com"),
+        ("foo.co.uk", "*.foo.co.uk"),
+        ("www.foo.co.uk", "*.foo.co.uk"),
+        ("user.github.io", "*.user.github.io"),
+        ("co.uk", None),
+        ("com", None),
+        ("localhost", None),
+        ("192.0.2.1", None),
+        ("BÜCHER.example", "*.xn--bcher-kva.example"),
+    ],
+)
+def test_wildcard_for(host: str, wildcard: str | None) -> None:
+    from cloister_core.suffixes import PublicSuffixes
+
+    pattern = PublicSuffixes().wildcard_for(normalize_host(host))
+    assert (str(pattern) if pattern else None) == wildcard

@@ -74,8 +74,9 @@ def test_allow_once_releases_the_held_request(
     with sock:
         assert response.status == 200
     (request,) = hub.requests
+    # The proxy says how long it will wait (approval_timeout), so the hub waits no longer.
     assert request == DomainRequest(
-        cloister="api-main", project="api", host="localhost", port=echo_server.port
+        cloister="api-main", project="api", host="localhost", port=echo_server.port, wait_seconds=5
     )
     assert hub.authorizations == ["Bearer service-secret"]
     # "once": the next request asks again.

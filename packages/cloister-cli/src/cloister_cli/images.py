@@ -50,6 +50,13 @@ PROXY_IMAGE = ImageSpec(
     files=(("services/proxy/healthcheck.py", "healthcheck.py"),),
 )
 
+APPROVAL_IMAGE = ImageSpec(
+    tag="cloister-approval:latest",
+    dockerfile="images/approval/Dockerfile",
+    package="cloister-approval",
+    files=(("services/approval/healthcheck.py", "healthcheck.py"),),
+)
+
 
 def find_workspace(start: Path) -> Path:
     """The source tree (the directory holding ``uv.lock``) at or above *start*."""

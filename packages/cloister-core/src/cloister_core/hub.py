@@ -41,6 +41,9 @@ class DomainRequest(_Message):
     project: str
     host: str
     port: int = Field(ge=1, le=65535)
+    wait_seconds: float | None = Field(
+        default=None, gt=0, description="how long the caller will wait; the hub waits no longer"
+    )
 
 
 class DomainDecision(_Message):
@@ -65,6 +68,7 @@ class CommandRequest(_Message):
     argv: tuple[str, ...] = Field(min_length=1)
     command: str
     cwd: str
+    wait_seconds: float | None = Field(default=None, gt=0)
 
 
 class CommandDecision(_Message):

@@ -132,3 +132,13 @@ class CloisterPaths:
     @property
     def compose_file(self) -> Path:
         return self.guardian_dir / "compose.yaml"
+
+
+def default_config_dir() -> Path:
+    """``<config>`` from the process environment (a settings ``default_factory``)."""
+    return CloisterPaths.from_env().config_dir
+
+
+def default_data_dir() -> Path:
+    """``<data>`` from the process environment (a settings ``default_factory``)."""
+    return CloisterPaths.from_env().data_dir

@@ -460,6 +460,7 @@ class ProxyServer:
             project=record.project,
             host=destination.host.name,
             port=destination.port,
+            wait_seconds=timeout,
         )
         try:
             decision = await self._approvals.decide(request, timeout)

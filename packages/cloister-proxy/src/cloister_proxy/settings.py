@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
-from cloister_core.paths import CloisterPaths
+from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -24,14 +24,6 @@ def parse_listen(value: str) -> tuple[str, int]:
         raise ValueError(f"listen address must be HOST:PORT, got {value!r}")
     host = host.removeprefix("[").removesuffix("]")
     return host or "0.0.0.0", int(port)  # noqa: S104 - an empty host means all interfaces
-
-
-def _default_config_dir() -> Path:
-    return CloisterPaths.from_env().config_dir
-
-
-def _default_data_dir() -> Path:
-    return CloisterPaths.from_env().data_dir
 
 
 class ProxySettings(BaseSettings):
@@ -47,12 +39,12 @@ class ProxySettings(BaseSettings):
     )
 
     config_dir: Path = Field(
-        default_factory=_default_config_dir,
+        default_factory=default_config_dir,
         description="Cloister's config directory: config.yaml, projects/, decisions/, tokens/"
         " (default: $CLOISTER_CONFIG_DIR or ~/.config/cloister)",
     )
     data_dir: Path = Field(
-        default_factory=_default_data_dir,
+        default_factory=default_data_dir,
         description="Cloister's data directory"
         " (default: $CLOISTER_DATA_DIR or ~/.local/share/cloister)",
     )

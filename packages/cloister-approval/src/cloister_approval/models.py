@@ -1,0 +1,125 @@
+"""What the hub's JSON API accepts and returns (validated once, here)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cloister_core.hub import DomainScope
+
+DecisionKind = Literal["domain", "command"]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DomainDecisionIn(_In):
+    """``POST /api/v1/domains/{id}/decision``."""
+
+    action: Literal["allow", "deny"]
+    scope: DomainScope
+    wildcard: bool = False
+
+
+class CommandDecisionIn(_In):
+    """``POST /api/v1/commands/{id}/decision``."""
+
+    action: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class TokenIn(_In):
+    """``POST /api/v1/tokens``: the CLI registers a cloister's token."""
+
+    token: str = Field(pattern=r"^[0-9a-f]{64}$")
+    cloister: str
+    project: str
+    branch: str | None = None
+    path: str
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class PendingDomainOut(_Out):
+    id: str
+    cloister: str
+    project: str
+    host: str
+    port: int
+    created_at: datetime
+    expires_at: datetime
+    wildcard: str | None = Field(description="the *.parent pattern the wildcard box would write")
+    waiting: int = Field(description="requests held on this item")
+
+
+class PendingCommandOut(_Out):
+    id: str
+    cloister: str
+    project: str
+    argv: tuple[str, ...]
+    command: str
+    cwd: str
+    created_at: datetime
+    expires_at: datetime
+
+
+class PendingOut(_Out):
+    domains: list[PendingDomainOut]
+    commands: list[PendingCommandOut]
+
+
+class DecisionOut(_Out):
+    """One decision a human made, what it changed, and whether it can be undone."""
+
+    id: str
+    kind: DecisionKind
+    decided_at: datetime
+    cloister: str
+    project: str
+    subject: str = Field(description="host:port or the command")
+    action: str
+    scope: str | None
+    rule: str | None = Field(description="the rule written or remembered (domains)")
+    file: str | None = Field(description="the decision file written, if any")
+    summary: str
+    effective: str | None = Field(
+        default=None, description="what the merged policy now says about the subject"
+    )
+    warning: str | None = Field(description="e.g. why a project/global write fell back")
+    undoable: bool
+    undone: bool
+
+
+class RuleOut(_Out):
+    action: Literal["allow", "deny"]
+    rule: str
+    ports: list[int] | None
+    scope: str
+    file: str | None
+
+
+class EffectiveRulesOut(_Out):
+    project: str
+    rules: list[RuleOut]
+    allowed_ports: list[int]
+    unlisted_domain_behavior: str
+
+
+class TokenOut(_Out):
+    """A registered cloister; never the token itself."""
+
+    cloister: str
+    project: str
+    branch: str | None
+    path: str
+    created_at: datetime
+
+
+class ErrorOut(_Out):
+    error: str
+    detail: object | None = None

@@ -1,0 +1,130 @@
+"""The OpenAPI 3.1 description of the hub's API, generated from its pydantic models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from cloister_approval.models import (
+    CommandDecisionIn,
+    DecisionOut,
+    DomainDecisionIn,
+    EffectiveRulesOut,
+    ErrorOut,
+    PendingOut,
+    TokenIn,
+    TokenOut,
+)
+from cloister_core.hub import (
+    SERVICE_COMMANDS_PATH,
+    SERVICE_DOMAINS_PATH,
+    CommandDecision,
+    CommandRequest,
+    DomainDecision,
+    DomainRequest,
+)
+
+OPENAPI_PATH = "/api/v1/openapi.json"
+
+# (method, path, summary, request body, response, list response?, error statuses)
+Operation = tuple[
+    str, str, str, type[BaseModel] | None, type[BaseModel] | None, bool, tuple[int, ...]
+]
+OPERATIONS: list[Operation] = [
+    ("get", "/api/v1/health", "Health and pending count", None, None, False, ()),
+    ("get", "/api/v1/pending", "Everything waiting for a human", None, PendingOut, False, ()),
+    ("post", "/api/v1/domains/{item_id}/decision", "Decide a held domain",
+     DomainDecisionIn, DecisionOut, False, (400, 404, 409)),
+    ("post", "/api/v1/commands/{item_id}/decision", "Decide a held command",
+     CommandDecisionIn, DecisionOut, False, (400, 404, 409)),
+    ("get", "/api/v1/decisions", "Recent decisions, newest first", None, DecisionOut, True, ()),
+    ("post", "/api/v1/decisions/{decision_id}/undo", "Remove exactly the entry a decision wrote",
+     None, DecisionOut, False, (404, 409)),
+    ("get", "/api/v1/projects/{project}/rules", "Effective rules of a project, with their files",
+     None, EffectiveRulesOut, False, (400, 422)),
+    ("get", "/api/v1/tokens", "Registered cloisters (never the tokens)", None, TokenOut, True, ()),
+    ("post", "/api/v1/tokens", "Register a cloister's token", TokenIn, TokenOut, False, (400,)),
+    ("delete", "/api/v1/tokens/{cloister}", "Revoke a cloister's token", None, None, False, (404,)),
+    ("post", SERVICE_DOMAINS_PATH, "Service: hold a domain until decided (long poll)",
+     DomainRequest, DomainDecision, False, (400, 401, 503)),
+    ("post", SERVICE_COMMANDS_PATH, "Service: hold a command until decided (long poll)",
+     CommandRequest, CommandDecision, False, (400, 401, 503)),
+]  # fmt: skip
+
+
+def openapi_document() -> dict[str, Any]:
+    models = {model for op in OPERATIONS for model in op[3:5] if model is not None} | {ErrorOut}
+    ordered = sorted(models, key=lambda model: model.__name__)
+    _, schemas = models_json_schema(
+        [(model, "validation") for model in ordered], ref_template="#/components/schemas/{model}"
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, summary, body, response, many, errors in OPERATIONS:
+        operation: dict[str, Any] = {"summary": summary, "responses": {}}
+        parameters = [
+            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+            for part in path.split("/")
+            if part.startswith("{")
+        ]
+        if parameters:
+            operation["parameters"] = parameters
+        if path.startswith("/api/v1/service/"):
+            operation["security"] = [{"service": []}]
+        if body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": _ref(body)}}},
+            }
+        ok = "201" if (method, path) == ("post", "/api/v1/tokens") else "200"
+        if method == "delete":
+            operation["responses"]["204"] = {"description": "done"}
+        elif response is None:
+            operation["responses"][ok] = {
+                "description": "ok",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
+        else:
+            schema: dict[str, Any] = {"$ref": _ref(response)}
+            if many:
+                schema = {"type": "array", "items": schema}
+            operation["responses"][ok] = {
+                "description": "ok",
+                "content": {"application/json": {"schema": schema}},
+            }
+        for status in (*errors, 403):
+            operation["responses"][str(status)] = {
+                "description": "error",
+                "content": {"application/json": {"schema": {"$ref": _ref(ErrorOut)}}},
+            }
+        paths.setdefault(path, {})[method] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Cloister approval hub",
+            "version": "1",
+            "description": "Held domains and host commands, the human's decisions, tokens."
+            " Human routes answer only to the local UI's Host and Origin; service routes"
+            " need the stack's bearer credential.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"service": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _ref(model: type[BaseModel]) -> str:
+    return f"#/components/schemas/{model.__name__}"
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(request.app.state.openapi)
+
+
+ROUTES = [Route(OPENAPI_PATH, openapi, methods=["GET"])]

@@ -1,0 +1,36 @@
+"""Public suffixes (``com``, ``co.uk``, ``github.io``): where a wildcard must stop.
+
+The approval UI offers "allow ``*.parent``" for a held host. For ``api.example.com``
+that is ``*.example.com``; for ``foo.co.uk`` it must not be ``*.co.uk`` (every site
+registered under ``co.uk``). The list is the Public Suffix List as bundled by the
+``publicsuffixlist`` package (no network access); load it once per process.
+"""
+
+from __future__ import annotations
+
+from publicsuffixlist import PublicSuffixList
+
+from cloister_core.hosts import DomainPattern, Host
+
+
+class PublicSuffixes:
+    """The bundled Public Suffix List (loading it takes a few tens of milliseconds)."""
+
+    def __init__(self) -> None:
+        self._list = PublicSuffixList()
+
+    def is_public(self, name: str) -> bool:
+        return bool(self._list.is_public(name))
+
+    def wildcard_for(self, host: Host) -> DomainPattern | None:
+        """The ``*.parent`` pattern to offer for *host*; None for IPs and public suffixes.
+
+        ``api.example.com`` → ``*.example.com``; ``example.com`` → ``*.example.com``
+        (the apex and one label below); ``foo.co.uk`` → ``*.foo.co.uk`` because the
+        parent is a public suffix.
+        """
+        if host.kind != "domain" or self.is_public(host.name):
+            return None
+        if len(host.suffixes) < 2 or self.is_public(host.suffixes[1]):
+            return DomainPattern(kind="one-level", suffix=host.name)
+        return DomainPattern(kind="one-level", suffix=host.suffixes[1])

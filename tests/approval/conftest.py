@@ -1,0 +1,118 @@
+"""Fixtures: the hub app for a temporary config dir, and clients for each audience."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from cloister_approval.app import create_app
+from cloister_approval.settings import ApprovalSettings
+
+CREDENTIAL = "service-credential-for-tests"
+UI = "http://127.0.0.1:9999"
+
+
+def make_settings(tmp_path: Path, **overrides: Any) -> ApprovalSettings:
+    values: dict[str, Any] = {
+        "config_dir": tmp_path / "config",
+        "data_dir": tmp_path / "data",
+        "service_credential": SecretStr(CREDENTIAL),
+        "audit_log": tmp_path / "audit.log",
+    }
+    return ApprovalSettings(**(values | overrides))
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> ApprovalSettings:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("proxy:\n  allow: []\n", encoding="utf-8")
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+def app(settings: ApprovalSettings) -> Starlette:
+    return create_app(settings)
+
+
+@pytest.fixture
+def client(app: Starlette) -> Iterator[TestClient]:
+    """The human's browser or CLI: the UI's own Host."""
+    with TestClient(app, base_url=UI) as test_client:
+        yield test_client
+
+
+SERVICE_HEADERS = {"Authorization": f"Bearer {CREDENTIAL}"}
+
+
+class Background:
+    """A blocking call (a long poll) run in a thread; its result collected later."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
+        try:
+            self.result = call()
+        except BaseException as error:  # reported by join()
+            self.error = error
+
+    def join(self, timeout: float = 10) -> Any:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the call did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+    return value
+
+
+class LiveHub:
+    """The hub served by uvicorn on 127.0.0.1 (SSE and long polls need a real server)."""
+
+    def __init__(self, tmp_path: Path, **overrides: Any) -> None:
+        import socket
+
+        import uvicorn
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
+        (tmp_path / "config").mkdir(exist_ok=True)
+        self.settings = make_settings(
+            tmp_path, port=self.port, public_hosts=(f"127.0.0.1:{self.port}",), **overrides
+        )
+        self.app = create_app(self.settings)
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, daemon=True)
+        self._thread.start()
+        wait_for(lambda: self.server.started)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(10)
+
+
+@pytest.fixture
+def live_hub(tmp_path: Path) -> Iterator[LiveHub]:
+    hub = LiveHub(tmp_path)
+    yield hub
+    hub.stop()

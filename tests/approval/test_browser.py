@@ -1,0 +1,607 @@
+"""The approval page in a real browser: live updates, decisions, undo, keys, load.
+
+The hub runs under uvicorn on a free port (SSE needs a real server); the page is
+driven by Playwright in Debian's headless Chromium, one browser per module and a fresh
+context per test. Held requests are submitted through the service API from worker
+threads, as the proxy and the hostexec gateway would, and their long polls are
+checked for the decision the page made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+import shlex
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Error,
+    Locator,
+    Page,
+    Playwright,
+    Route,
+    expect,
+    sync_playwright,
+)
+
+from cloister_core.config import load_decision_file
+from cloister_core.config.models import RuleEntry
+from cloister_core.hub import SERVICE_DOMAINS_PATH
+from tests.approval.browser_support import (
+    SERVICE_HEADERS,
+    RunningHub,
+    free_port,
+    launch_chromium,
+    request_command,
+    request_domain,
+    rss_bytes,
+    serve_hub,
+)
+
+pytestmark = pytest.mark.browser
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+ALLOW_GREEN = "rgb(26, 127, 55)"  # --allow in app.css
+DENY_RED = "rgb(180, 35, 24)"  # --deny in app.css
+SCOPES = ("once", "session", "project", "global")
+LONG_POLL_SECONDS = 30.0
+VIEWER_TIME_ZONE = "America/New_York"  # not the hub's UTC: times are shown in local time
+
+
+# -- fixtures ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def playwright_driver() -> Iterator[Playwright]:
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def browser(playwright_driver: Playwright) -> Iterator[Browser]:
+    chromium = launch_chromium(playwright_driver)
+    expect.set_options(timeout=10_000)
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
+@pytest.fixture
+def calls() -> Iterator[ThreadPoolExecutor]:
+    """Worker threads for the service API's long polls, all joined at the end.
+
+    Set up before the hub, so it is torn down after the hub has stopped: by then every
+    long poll has had its answer (or lost its connection) and the threads end.
+    """
+    executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="service-call")
+    try:
+        yield executor
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture
+def hub(calls: ThreadPoolExecutor, tmp_path: Path) -> Iterator[RunningHub]:
+    with serve_hub(tmp_path) as running:
+        yield running
+
+
+class PageProblems:
+    """JavaScript errors and console errors seen on the page (there must be none)."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def on_console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.messages.append(f"console: {message.text} at {message.location}")
+
+    def on_page_error(self, error: Error) -> None:
+        self.messages.append(f"page error: {error}")
+
+
+def open_page(browser: Browser, base_url: str) -> tuple[Page, PageProblems, Callable[[], None]]:
+    """A page in a fresh context (and a function that closes it), its problems recorded."""
+    context = browser.new_context(
+        base_url=base_url,
+        viewport={"width": 1280, "height": 900},
+        timezone_id=VIEWER_TIME_ZONE,
+        locale="en-GB",
+    )
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    problems = PageProblems()
+    page.on("console", problems.on_console)
+    page.on("pageerror", problems.on_page_error)
+    return page, problems, context.close
+
+
+@pytest.fixture
+def page(browser: Browser, hub: RunningHub) -> Iterator[Page]:
+    """The approval page, open and live (its event stream connected)."""
+    opened, problems, close = open_page(browser, hub.base_url)
+    try:
+        opened.goto("/")
+        expect(opened.locator("body")).to_have_attribute("data-live", "true")
+        yield opened
+    finally:
+        close()  # before the hub stops: the page's event stream would hold it up
+    assert not problems.messages, problems.messages
+
+
+def domain_item(page: Page, host: str) -> Locator:
+    """The pending item of *host* (matched on its exact ``host:port`` text)."""
+    return page.locator("li.item.domain").filter(
+        has=page.locator("code.target", has_text=re.compile(rf"^{re.escape(host)}:\d+$"))
+    )
+
+
+def submit_domain(
+    calls: ThreadPoolExecutor,
+    hub: RunningHub,
+    host: str,
+    *,
+    cloister: str = "alpha",
+    project: str = "webshop",
+    port: int = 443,
+) -> Future[dict[str, Any]]:
+    return calls.submit(
+        request_domain, hub, cloister=cloister, project=project, host=host, port=port
+    )
+
+
+def submit_command(
+    calls: ThreadPoolExecutor,
+    hub: RunningHub,
+    argv: list[str],
+    cwd: str,
+    *,
+    cloister: str = "alpha",
+    project: str = "webshop",
+) -> Future[dict[str, Any]]:
+    return calls.submit(
+        request_command, hub, cloister=cloister, project=project, argv=argv, cwd=cwd
+    )
+
+
+def seconds_left(text: str) -> int:
+    match = re.fullmatch(r"(\d+)s left", text.strip())
+    assert match is not None, f"unexpected countdown text {text!r}"
+    return int(match.group(1))
+
+
+# -- 1. live arrival -------------------------------------------------------------------
+
+
+def test_a_held_domain_appears_live_with_everything_needed_to_decide(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    expect(page).to_have_title("Cloister approvals")
+    expect(page.locator("li.item")).to_have_count(0)
+
+    waiting = submit_domain(calls, hub, "api.example.com", cloister="alpha-1", port=8443)
+
+    item = domain_item(page, "api.example.com")
+    expect(item).to_have_count(1)  # arrived over SSE: no reload
+    expect(page).to_have_title("(1) Cloister approvals")
+    expect(item.locator("code.target")).to_have_text("api.example.com:8443")
+    expect(item.locator(".who")).to_have_text("cloister alpha-1 · project webshop")
+    held_at = datetime.fromisoformat(item.locator("time").get_attribute("datetime") or "")
+    local = held_at.astimezone(ZoneInfo(VIEWER_TIME_ZONE)).strftime("%H:%M:%S")
+    expect(item.locator("time")).to_have_text(local)
+    expect(page.locator('[data-count="domain"]')).to_have_text("1")
+    expect(page.locator('[data-empty="domain"]')).to_be_hidden()
+
+    countdown = item.locator(".countdown")
+    expect(countdown).to_have_text(re.compile(r"^\d+s left$"))
+    first = seconds_left(countdown.inner_text())
+    assert 50 <= first <= 60  # the default domain_timeout is 60 s
+    expect(countdown).not_to_have_text(f"{first}s left")  # it ticks without a reload
+    assert seconds_left(countdown.inner_text()) < first
+
+    allow = item.get_by_role("group", name="Allow api.example.com")
+    deny = item.get_by_role("group", name="Deny api.example.com")
+    for scope in SCOPES:
+        allow_button = allow.get_by_role("button", name=f"Allow api.example.com ({scope})")
+        deny_button = deny.get_by_role("button", name=f"Deny api.example.com ({scope})")
+        expect(allow_button).to_be_enabled()
+        expect(deny_button).to_be_enabled()
+        expect(allow_button).to_have_css("color", ALLOW_GREEN)
+        expect(deny_button).to_have_css("color", DENY_RED)
+    expect(allow.locator(".label")).to_have_css("color", ALLOW_GREEN)
+    expect(deny.locator(".label")).to_have_css("color", DENY_RED)
+
+    wildcard = item.get_by_role("checkbox", name=re.compile(r"wildcard"))
+    expect(wildcard).not_to_be_checked()
+    expect(item.locator("label.wildcard")).to_contain_text("*.example.com")
+    expect(item).to_be_focused()  # the first item is selected for the keyboard
+
+    item.get_by_role("button", name="Deny api.example.com (once)").click()
+    assert waiting.result(LONG_POLL_SECONDS)["action"] == "deny"
+    expect(item).to_have_count(0)
+    expect(page).to_have_title("Cloister approvals")
+
+
+def test_an_ip_address_is_shown_unambiguously_and_offers_no_wildcard(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    waiting = submit_domain(calls, hub, "2606:4700::1111", port=443)
+    item = page.locator("li.item.domain")
+    expect(item).to_have_count(1)
+    # "2606:4700::1111:443" would itself be an IPv6 address: the port must stand apart.
+    expect(item.locator("code.target")).to_have_text("[2606:4700::1111]:443")
+    expect(item.get_by_role("checkbox")).to_have_count(0)  # no *.parent for an address
+    item.get_by_role("button", name="Deny 2606:4700::1111 (session)").click()
+    decision = waiting.result(LONG_POLL_SECONDS)
+    assert decision["action"] == "deny"
+    assert decision["entry"]["domain"] == "2606:4700::1111"
+
+
+def test_a_request_held_while_the_page_loads_is_not_lost(
+    browser: Browser, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    """The page is rendered, then a domain is held, then the event stream connects."""
+    page, problems, close = open_page(browser, hub.base_url)
+    waiting: list[Future[dict[str, Any]]] = []
+    hold = hub.app.state.hub
+
+    def late_stream(route: Route) -> None:
+        # The page has been rendered (without the item) when its script asks for the
+        # stream; the item is held now, so no event will ever announce it.
+        waiting.append(submit_domain(calls, hub, "late.example.org"))
+        deadline = time.monotonic() + 10
+        while hold.pending_count() == 0:
+            assert time.monotonic() < deadline, "the late domain was never held"
+            time.sleep(0.005)
+        route.continue_()
+
+    try:
+        page.route("**/api/v1/events", late_stream, times=1)
+        page.goto("/")
+        expect(page.locator("body")).to_have_attribute("data-live", "true")
+        item = domain_item(page, "late.example.org")
+        expect(item).to_have_count(1)
+        expect(page).to_have_title("(1) Cloister approvals")
+        expect(page.locator('[data-count="domain"]')).to_have_text("1")
+        item.get_by_role("button", name="Allow late.example.org (once)").click()
+        assert waiting[0].result(LONG_POLL_SECONDS)["action"] == "allow"
+        expect(item).to_have_count(0)
+    finally:
+        close()
+    assert not problems.messages, problems.messages
+
+
+def test_the_page_reconnects_after_the_hub_restarts_and_shows_the_hubs_new_state(
+    browser: Browser, calls: ThreadPoolExecutor, tmp_path: Path
+) -> None:
+    port = free_port()
+    page, problems, close = open_page(browser, f"http://127.0.0.1:{port}")
+    try:
+        with serve_hub(tmp_path / "before", port=port) as before:
+            page.goto("/")
+            expect(page.locator("body")).to_have_attribute("data-live", "true")
+            stale = submit_domain(calls, before, "old.example.com")
+            expect(domain_item(page, "old.example.com")).to_have_count(1)
+        # The hub stopped with the item held: its caller's long poll fails.
+        with pytest.raises(httpx.HTTPError):
+            stale.result(LONG_POLL_SECONDS)
+        expect(page.locator("body")).to_have_attribute("data-live", "false")
+
+        with serve_hub(tmp_path / "after", port=port) as after:
+            fresh = submit_domain(calls, after, "new.example.com")
+            expect(page.locator("body")).to_have_attribute("data-live", "true")
+            expect(domain_item(page, "new.example.com")).to_have_count(1)
+            expect(domain_item(page, "old.example.com")).to_have_count(0)  # gone with the hub
+            expect(page).to_have_title("(1) Cloister approvals")
+            page.get_by_role("button", name="Allow new.example.com (once)").click()
+            assert fresh.result(LONG_POLL_SECONDS)["action"] == "allow"
+            close()
+    finally:
+        close()
+    # While the hub was down, the browser logged the event stream's failed reconnects.
+    unexpected = [m for m in problems.messages if "/api/v1/events" not in m]
+    assert not unexpected, unexpected
+
+
+# -- 2. a project decision with the wildcard, then undo ---------------------------------
+
+
+def test_allow_for_the_project_with_wildcard_writes_the_file_and_undo_removes_it(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    waiting = submit_domain(calls, hub, "cdn.example.net", project="webshop")
+    item = domain_item(page, "cdn.example.net")
+    expect(item).to_have_count(1)
+
+    item.get_by_role("checkbox", name=re.compile(r"wildcard")).check()
+    item.get_by_role("button", name="Allow cdn.example.net (project)").click()
+
+    decision = waiting.result(LONG_POLL_SECONDS)
+    assert decision["action"] == "allow"
+    assert decision["scope"] == "project"
+    assert decision["entry"]["pattern"] == "*.example.net"
+    assert decision["entry"]["domain"] is None
+
+    decisions_file = hub.config_dir / "decisions" / "projects" / "webshop.yaml"
+    written = load_decision_file(decisions_file)
+    assert RuleEntry(pattern="*.example.net") in written.allow
+    assert not written.deny
+
+    expect(item).to_have_count(0)
+    expect(page).to_have_title("Cloister approvals")
+    record = page.locator("#decisions li.decision").first
+    expect(record.locator(".summary")).to_have_text("Allowed *.example.net for project webshop")
+    expect(record.locator(".file")).to_contain_text(str(decisions_file))
+    expect(record.locator(".effective")).to_have_text(
+        re.compile(r"^cdn\.example\.net:443 is now allowed by \*\.example\.net")
+    )
+    expect(record).not_to_have_class(re.compile(r"\bundone\b"))
+    decided_at = datetime.fromisoformat(record.locator("time").get_attribute("datetime") or "")
+    local = decided_at.astimezone(ZoneInfo(VIEWER_TIME_ZONE)).strftime("%H:%M:%S")
+    expect(record.locator("time")).to_have_text(local)
+
+    record.get_by_role("button", name=re.compile(r"^Undo: Allowed \*\.example\.net")).click()
+
+    expect(record).to_have_class(re.compile(r"\bundone\b"))
+    expect(record.locator(".summary")).to_have_text(
+        "Undone: Allowed *.example.net for project webshop"
+    )
+    expect(record.get_by_role("button", name=re.compile("^Undo"))).to_have_count(0)
+    after = load_decision_file(decisions_file)  # still a valid decision file
+    assert RuleEntry(pattern="*.example.net") not in after.allow
+    assert not after.allow
+    assert not after.deny
+
+
+# -- 3. commands: the exact argv, approve and deny with a reason ------------------------
+
+
+def test_a_command_shows_its_exact_argv_and_approve_and_deny_release_the_caller(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    argv = [
+        "git",
+        "commit",
+        "-m",
+        "fix  the bug",  # two spaces, kept
+        "a; touch /tmp/x",
+        "<b>x</b>",
+        "$(id) && `id` | cat > ~/.ssh/authorized_keys",
+    ]
+    cwd = "/home/dev/my project <main>"
+    approved = submit_command(calls, hub, argv, cwd)
+
+    item = page.locator("li.item.command")
+    expect(item).to_have_count(1)
+    expect(page).to_have_title("(1) Cloister approvals")
+    arguments = item.get_by_role("list", name="arguments").locator("> li")
+    expect(arguments).to_have_count(len(argv))
+    assert arguments.all_text_contents() == argv  # every argument, exactly, in order
+    expect(item.locator("b")).to_have_count(0)  # the markup-looking argument is text
+    expect(item.locator(".cwd code")).to_have_text(cwd)
+    expect(item.locator(".who")).to_have_text("cloister alpha · project webshop")
+    expect(item.locator(".countdown")).to_have_text(re.compile(r"^\d+s left$"))
+
+    item.get_by_role("button", name=re.compile(r"^Approve ")).click()
+    assert approved.result(LONG_POLL_SECONDS) == {"action": "approve", "reason": None}
+    expect(item).to_have_count(0)
+    approved_record = page.locator("#decisions li.decision").first
+    expect(approved_record.locator(".summary")).to_have_text(
+        f"Approved `{shlex.join(argv)}` in {cwd}"
+    )
+
+    denied = submit_command(calls, hub, ["docker", "system", "prune", "-af"], "/srv/app")
+    item = page.locator("li.item.command")
+    expect(item).to_have_count(1)
+    item.get_by_role("textbox", name="reason").fill("not on my machine <script>")
+    item.get_by_role("button", name=re.compile(r"^Deny ")).click()
+    assert denied.result(LONG_POLL_SECONDS) == {
+        "action": "deny",
+        "reason": "not on my machine <script>",
+    }
+    expect(item).to_have_count(0)
+    denied_record = page.locator("#decisions li.decision").first
+    expect(denied_record.locator(".summary")).to_have_text(
+        "Denied `docker system prune -af` in /srv/app (not on my machine <script>)"
+    )
+    expect(page.locator("#decisions script")).to_have_count(0)
+
+
+# -- 4. the keyboard -------------------------------------------------------------------
+
+
+def test_keyboard_shortcuts_decide_the_selected_item(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    first = submit_domain(calls, hub, "one.example.com")
+    expect(domain_item(page, "one.example.com")).to_be_focused()
+    second = submit_domain(calls, hub, "two.example.org")
+    expect(domain_item(page, "two.example.org")).to_have_count(1)
+
+    page.keyboard.press("o")  # allow the selected (first) domain once
+    assert first.result(LONG_POLL_SECONDS)["scope"] == "once"
+    assert first.result()["action"] == "allow"
+
+    second_item = domain_item(page, "two.example.org")
+    expect(second_item).to_be_focused()  # the selection moved on
+    page.keyboard.press("w")  # tick the wildcard box
+    expect(second_item.get_by_role("checkbox", name=re.compile("wildcard"))).to_be_checked()
+    page.keyboard.press("Shift+S")  # deny for the session
+    decision = second.result(LONG_POLL_SECONDS)
+    assert decision["action"] == "deny"
+    assert decision["scope"] == "session"
+    assert decision["entry"]["pattern"] == "*.example.org"
+
+    approve = submit_command(calls, hub, ["make", "test"], "/srv/app")
+    commands = page.locator("li.item.command")
+    expect(commands).to_have_count(1)
+    deny = submit_command(calls, hub, ["rm", "-rf", "build"], "/srv/app")
+    expect(commands).to_have_count(2)
+    expect(commands.first.locator(".cwd + ol > li")).to_have_text(["make", "test"])
+    expect(commands.first).to_be_focused()
+    page.keyboard.press("j")  # select the second command
+    expect(commands.nth(1)).to_be_focused()
+    page.keyboard.press("k")
+    expect(commands.first).to_be_focused()
+    page.keyboard.press("y")  # approve the selected command
+    assert approve.result(LONG_POLL_SECONDS)["action"] == "approve"
+    expect(commands).to_have_count(1)
+    expect(commands.first).to_be_focused()
+    page.keyboard.press("n")
+    assert deny.result(LONG_POLL_SECONDS)["action"] == "deny"
+    expect(commands).to_have_count(0)
+
+    written = submit_domain(calls, hub, "three.example.com")
+    expect(domain_item(page, "three.example.com")).to_be_focused()
+    page.keyboard.press("p")  # allow for the project: written to the decision file
+    assert written.result(LONG_POLL_SECONDS)["scope"] == "project"
+    decisions_file = hub.config_dir / "decisions" / "projects" / "webshop.yaml"
+    assert RuleEntry(domain="three.example.com") in load_decision_file(decisions_file).allow
+    expect(page.locator("#decisions button.undo")).to_have_count(1)
+    page.keyboard.press("u")  # undo the latest decision that wrote a file
+    expect(page.locator("#decisions li.decision.undone")).to_have_count(1)
+    assert not load_decision_file(decisions_file).allow
+
+    typing = submit_command(calls, hub, ["ls"], "/srv/app")
+    command = page.locator("li.item.command")
+    reason = command.get_by_role("textbox", name="reason")
+    reason.fill("")
+    reason.press_sequentially("yes no")  # typing a reason is not a shortcut
+    expect(reason).to_have_value("yes no")
+    expect(command).to_have_count(1)
+    command.get_by_role("button", name=re.compile("^Deny ")).click()
+    assert typing.result(LONG_POLL_SECONDS) == {"action": "deny", "reason": "yes no"}
+
+
+# -- 5. two hundred at once ----------------------------------------------------------
+
+
+MANY = 200
+
+
+async def _submit_many(base_url: str, hosts: list[str]) -> list[dict[str, Any]]:
+    limits = httpx.Limits(max_connections=MANY + 10, max_keepalive_connections=0)
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=SERVICE_HEADERS, timeout=120, limits=limits
+    ) as client:
+
+        async def one(index: int, host: str) -> dict[str, Any]:
+            body = {"cloister": f"c{index % 7}", "project": "load", "host": host, "port": 443}
+            response = await client.post(SERVICE_DOMAINS_PATH, json=body)
+            response.raise_for_status()
+            decision: dict[str, Any] = response.json()
+            return decision
+
+        return await asyncio.gather(*(one(i, host) for i, host in enumerate(hosts)))
+
+
+def _decide_all_through_the_api(hub: RunningHub) -> int:
+    with httpx.Client(base_url=hub.base_url, timeout=30) as client:
+        pending = client.get("/api/v1/pending").raise_for_status().json()
+        for item in pending["domains"]:
+            client.post(
+                f"/api/v1/domains/{item['id']}/decision",
+                json={"action": "allow", "scope": "once"},
+            ).raise_for_status()
+        return len(pending["domains"])
+
+
+def test_two_hundred_pending_requests_stay_usable_and_memory_is_released(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    hosts = [f"host-{index:03d}.load-{index % 13}.example.com" for index in range(MANY)]
+    state = hub.app.state.hub
+    gc.collect()
+    rss_before = rss_bytes()
+    tracemalloc.start()
+    try:
+        everyone = calls.submit(asyncio.run, _submit_many(hub.base_url, hosts))
+
+        expect(page.locator("li.item.domain")).to_have_count(MANY, timeout=30_000)
+        expect(page).to_have_title(f"({MANY}) Cloister approvals")
+        expect(page.locator('[data-count="domain"]')).to_have_text(str(MANY))
+        assert state.pending_count() == MANY
+
+        last = page.locator("li.item.domain").last
+        last_host = last.locator("code.target").inner_text().rsplit(":", 1)[0]
+        last.get_by_role("button", name=f"Deny {last_host} (once)").click()
+        expect(page).to_have_title(f"({MANY - 1}) Cloister approvals")
+        expect(page.locator("li.item.domain")).to_have_count(MANY - 1)
+        expect(domain_item(page, last_host)).to_have_count(0)
+
+        assert _decide_all_through_the_api(hub) == MANY - 1
+        results = everyone.result(60)
+        expect(page.locator("li.item.domain")).to_have_count(0)
+        expect(page).to_have_title("Cloister approvals")
+        expect(page.locator('[data-empty="domain"]')).to_be_visible()
+
+        actions = [result["action"] for result in results]
+        assert actions.count("deny") == 1
+        assert actions.count("allow") == MANY - 1
+        assert state.pending_count() == 0
+        assert state.pending().domains == []
+        assert state.pending().commands == []
+
+        del results, actions, everyone
+        gc.collect()
+        retained, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rss_growth = rss_bytes() - rss_before
+    # What stays is bounded bookkeeping: the recent-decisions ring and the ids of
+    # finished items, not the 200 requests themselves.
+    assert retained < 8 * 1024 * 1024, f"{retained / 1e6:.1f} MB still allocated"
+    assert peak < 64 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB"
+    assert rss_growth < 128 * 1024 * 1024, f"RSS grew by {rss_growth / 1e6:.1f} MB"
+
+
+# -- 6. a screenshot for people ---------------------------------------------------------
+
+
+def test_screenshot_of_the_page_is_kept_as_an_artifact(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    decided = submit_domain(calls, hub, "registry.npmjs.org", project="webshop")
+    item = domain_item(page, "registry.npmjs.org")
+    item.get_by_role("checkbox", name=re.compile("wildcard")).check()
+    item.get_by_role("button", name="Allow registry.npmjs.org (project)").click()
+    assert decided.result(LONG_POLL_SECONDS)["action"] == "allow"
+    waiting = [
+        submit_domain(calls, hub, "api.github.com", cloister="alpha-2"),
+        submit_domain(calls, hub, "telemetry.example.io", port=8443),
+        submit_command(
+            calls, hub, ["gh", "pr", "create", "--title", "Fix the build"], "/home/dev/webshop"
+        ),
+    ]
+    expect(page.locator("li.item")).to_have_count(3)
+    expect(page).to_have_title("(3) Cloister approvals")
+    expect(page.locator("#decisions li.decision")).to_have_count(1)
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    target = ARTIFACTS / "approval-ui.png"
+    target.unlink(missing_ok=True)
+    page.screenshot(path=str(target), full_page=True)
+    assert target.is_file()
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    domains = page.locator("li.item.domain")
+    for remaining in (2, 1):
+        domains.first.get_by_role("button", name=re.compile(r"^Allow .* \(once\)$")).click()
+        expect(domains).to_have_count(remaining - 1)
+    page.locator("li.item.command").get_by_role("button", name=re.compile("^Deny ")).click()
+    for future in waiting:
+        assert future.result(LONG_POLL_SECONDS)["action"] in ("allow", "deny")

@@ -1,0 +1,91 @@
+"""The hub's image: built from this tree, non-root, healthy, guarded, deciding."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import time
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+
+from cloister_cli.images import APPROVAL_IMAGE, assemble_context, build_image, find_workspace
+
+pytestmark = pytest.mark.docker
+TAG = "cloister-approval:test"
+LABELS = {"org.cloister.test": "tests/approval/test_image.py"}
+
+
+@pytest.fixture(scope="module")
+def approval_image(
+    docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    workspace = find_workspace(Path(__file__).resolve().parent)
+    context = assemble_context(
+        workspace,
+        APPROVAL_IMAGE,
+        tmp_path_factory.mktemp("ctx") / "approval",
+        docker_client.info()["Architecture"],
+    )
+    build_image(docker_client, context, TAG)
+    return TAG
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_hub_container(
+    docker_client: docker.DockerClient, approval_image: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    config.chmod(0o777)  # the hub (uid 10001) writes decisions below it
+    port = free_port()
+    credential = secrets.token_hex(16)
+    container = docker_client.containers.run(
+        approval_image,
+        detach=True,
+        labels=LABELS,
+        volumes={str(config): {"bind": "/config", "mode": "rw"}},
+        ports={"9999/tcp": ("127.0.0.1", port)},
+        environment={
+            "CLOISTER_APPROVAL_PUBLIC_HOSTS": json.dumps([f"127.0.0.1:{port}"]),
+            "CLOISTER_APPROVAL_SERVICE_CREDENTIAL": credential,
+        },
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while container.exec_run(["python3", "/opt/cloister/healthcheck.py"]).exit_code != 0:
+            container.reload()
+            assert container.status == "running", container.logs().decode()
+            assert time.monotonic() < deadline, container.logs().decode()
+            time.sleep(0.1)
+        uid = container.exec_run(["id", "-u"]).output
+        assert isinstance(uid, bytes)
+        assert uid.strip() == b"10001"
+        url = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=url, timeout=10) as client:
+            assert client.get("/").status_code == 200
+            assert client.get("/", headers={"Host": "evil.example"}).status_code == 403
+            held = client.post(
+                "/api/v1/service/domains",
+                json={"cloister": "c", "project": "p", "host": "x.test", "port": 443,
+                      "wait_seconds": 0.2},
+                headers={"Authorization": f"Bearer {credential}"},
+            )  # fmt: skip
+            assert held.json()["action"] == "timeout"
+        image = docker_client.images.get(approval_image).attrs["Config"]
+        assert image["User"] == "10001:10001"
+        assert image["Healthcheck"]["Test"] == ["CMD", "python3", "/opt/cloister/healthcheck.py"]
+        logs = container.logs(stderr=False).decode().splitlines()
+        events = [json.loads(line)["event"] for line in logs if line.startswith("{")]
+        assert events == ["approval.domain.requested", "approval.domain.expired"]
+    finally:
+        container.remove(force=True)
