@@ -32,11 +32,11 @@ class ImageBuildError(CloisterError):
 
 @dataclass(frozen=True, slots=True)
 class ImageSpec:
-    """One image: its tag, Dockerfile, Python package and extra files."""
+    """One image: its tag, Dockerfile, Python package (if any) and extra files."""
 
     tag: str
     dockerfile: str
-    package: str
+    package: str | None
     files: tuple[tuple[str, str], ...] = ()  # (source in the tree, name in the context)
 
 
@@ -48,6 +48,20 @@ PROXY_IMAGE = ImageSpec(
     dockerfile="images/proxy/Dockerfile",
     package="cloister-proxy",
     files=(("services/proxy/healthcheck.py", "healthcheck.py"),),
+)
+
+GATEWAY_IMAGE = ImageSpec(
+    tag="cloister-gateway:latest",
+    dockerfile="images/gateway/Dockerfile",
+    package="cloister-executor",
+    files=(("services/gateway/healthcheck.py", "healthcheck.py"),),
+)
+
+SLIM_AGENT_IMAGE = ImageSpec(
+    tag="cloister-slim:latest",
+    dockerfile="images/cloister-slim/Dockerfile",
+    package=None,
+    files=(("images/hostexec/hostexec", "hostexec"),),
 )
 
 APPROVAL_IMAGE = ImageSpec(
@@ -83,7 +97,9 @@ def assemble_context(workspace: Path, spec: ImageSpec, into: Path, architecture:
     into.mkdir(parents=True)
     shutil.copyfile(workspace / spec.dockerfile, into / "Dockerfile")
     for source, name in spec.files:
-        shutil.copyfile(workspace / source, into / name)
+        shutil.copy2(workspace / source, into / name)  # keeps the mode (scripts stay executable)
+    if spec.package is None:
+        return into
     # Third-party packages exactly as locked; Cloister's own packages freshly built
     # from this tree (an installer's cache could hold a stale build of a local path).
     requirements = into / "requirements.txt"

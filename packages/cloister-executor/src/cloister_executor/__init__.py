@@ -1,8 +1,11 @@
-"""cloister-executor: the hostexec request gateway and the host executor daemon.
+"""cloister-executor: the hostexec path, from the cloister's request to the host's answer.
 
-Skeleton: the package, its console script and its place in the workspace exist so
-that the stack, the lock file and CI are whole; the service itself is built in
-issue 5. It will share code with the other services only through cloister-core.
+Two programs in one package: the **gateway** (``gateway.py``), a service of the
+guardian stack that cloisters call with their token, which applies the command
+patterns and asks the approval hub; and the **executor** (``daemon.py``), a host daemon
+reachable only through a Unix socket mounted into the gateway, which runs an approved
+argv (no shell) in the cloister's own directory (``runner.py``, ``environment.py``).
+They speak the JSON-lines protocol of ``protocol.py``.
 """
 
 from __future__ import annotations

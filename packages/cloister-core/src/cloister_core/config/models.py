@@ -188,10 +188,24 @@ class CommandRules(Model):
     manual_approve: Annotated[tuple[CommandPattern, ...], EmptyIfNull] = ()
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class HostexecConfig(CommandRules):
     """``hostexec:`` in config.yaml."""
 
     timeout: Duration = timedelta(seconds=300)
+    # Host environment variables passed to approved commands (besides PATH, HOME, USER,
+    # LOGNAME, LANG and LC_*); everything else of the host's environment stays out.
+    env_passthrough: Annotated[tuple[str, ...], EmptyIfNull] = ()
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"not an environment variable name: {name!r}")
+        return value
 
 
 class GlobalConfig(Model):

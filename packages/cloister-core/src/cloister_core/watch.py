@@ -1,0 +1,125 @@
+"""Keeping policies and tokens fresh while a service runs: poll, compare, reload.
+
+Files are the source of truth (DESIGN.md): token files in ``<config>/tokens/`` and the
+config and decision YAML files. Services poll them (a few dozen ``stat`` calls) by
+comparing signatures, because inotify does not cross into containers on every
+platform (Docker Desktop's file sharing drops it).
+
+A changed file is re-read and compiled off to the side, then swapped in whole, so work
+in flight is never disturbed. A file that no longer parses keeps the last good policy
+in force and is reported (file and line) once per change.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cloister_core.errors import CloisterError, ConfigError
+from cloister_core.paths import CloisterPaths
+from cloister_core.policy import ProjectPolicy, load_project_policy
+from cloister_core.tokens import TokenRecord, TokenRegistry
+
+Signature = tuple[int, int, int] | None
+
+
+def file_signature(path: Path) -> Signature:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+def directory_signature(path: Path) -> tuple[tuple[str, Signature], ...]:
+    try:
+        names = sorted(entry.name for entry in os.scandir(path) if not entry.name.startswith("."))
+    except OSError:
+        return ()
+    return tuple((name, file_signature(path / name)) for name in names)
+
+
+@dataclass(slots=True)
+class _Loaded:
+    policy: ProjectPolicy
+    signature: tuple[Signature, ...]
+
+
+class PolicyBook:
+    """Compiled :class:`ProjectPolicy` per project, loaded on first use."""
+
+    def __init__(self, paths: CloisterPaths, report: Callable[[str], None]) -> None:
+        self._paths = paths
+        self._report = report
+        self._loaded: dict[str, _Loaded] = {}
+        self._errors: dict[str, str] = {}
+
+    def _signature(self, project: str) -> tuple[Signature, ...]:
+        policy_files = (
+            self._paths.config_file,
+            self._paths.project_config(project),
+            self._paths.global_decisions,
+            self._paths.project_decisions(project),
+        )
+        return tuple(file_signature(path) for path in policy_files)
+
+    def _load(self, project: str) -> _Loaded | None:
+        signature = self._signature(project)
+        try:
+            loaded = _Loaded(load_project_policy(self._paths, project), signature)
+        except (ConfigError, CloisterError, OSError) as error:
+            message = str(error)
+            if self._errors.get(project) != message:
+                self._errors[project] = message
+                self._report(f"configuration error, keeping the last good policy: {message}")
+            return None
+        self._errors.pop(project, None)
+        self._loaded[project] = loaded
+        return loaded
+
+    def get(self, project: str) -> ProjectPolicy | None:
+        """The project's policy; None only if its files never loaded successfully."""
+        loaded = self._loaded.get(project)
+        if loaded is None:
+            loaded = self._load(project)
+        return loaded.policy if loaded is not None else None
+
+    def error(self, project: str) -> str | None:
+        return self._errors.get(project)
+
+    def refresh(self, *, force: bool = False) -> list[str]:
+        """Reload the projects whose files changed; returns the projects reloaded."""
+        reloaded = []
+        for project, loaded in list(self._loaded.items()):
+            changed = force or self._signature(project) != loaded.signature
+            if changed and self._load(project) is not None:
+                reloaded.append(project)
+        return reloaded
+
+    def forget(self, project: str) -> None:
+        self._loaded.pop(project, None)
+
+
+class TokenDirectory:
+    """The token registry of ``<config>/tokens``, re-read when the directory changes."""
+
+    def __init__(self, tokens_dir: Path, report: Callable[[str], None]) -> None:
+        self._dir = tokens_dir
+        self._report = report
+        self._signature: tuple[tuple[str, Signature], ...] | None = None
+        self.registry = TokenRegistry()
+
+    def refresh(self, *, force: bool = False) -> list[TokenRecord]:
+        """Re-read the directory if it changed; returns the tokens that went away."""
+        signature = directory_signature(self._dir)
+        if not force and signature == self._signature:
+            return []
+        registry, errors = TokenRegistry.load(self._dir)
+        for error in errors:
+            self._report(f"ignoring token file: {error}")
+        gone = [record for record in self.registry if record.secret not in registry]
+        self.registry = registry
+        self._signature = signature
+        return gone

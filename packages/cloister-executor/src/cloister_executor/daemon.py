@@ -1,0 +1,292 @@
+"""``cloister-executor serve``: the host daemon that runs approved commands.
+
+It listens on a Unix socket under ``<data>/run/`` (mode 0600, in a 0700 directory):
+that directory is bind-mounted into the hostexec gateway's container and nowhere
+else, and there is no TCP listener on Linux, so nothing on cloister-net (nor a host
+service reachable through a bridge) can talk to it. ``--tcp 127.0.0.1:PORT`` exists
+only for Docker Desktop, where a socket cannot cross into the engine's VM; it is
+refused for any non-loopback address.
+
+Every request must carry the stack's secret (``<data>/run/executor.secret``, 0600,
+compared in constant time, never logged) and a cloister token; the command runs in
+that cloister's host directory as recorded in ``<config>/tokens`` on this host —
+never a directory from the request — with a minimal environment, a timeout that kills
+its process group, and capped output. Requests are served concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cloister_core.config import load_global_config
+from cloister_core.config.models import Duration, HostexecConfig
+from cloister_core.errors import CloisterError
+from cloister_core.fileio import atomic_write
+from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.watch import TokenDirectory, file_signature
+from cloister_executor.environment import command_environment
+from cloister_executor.protocol import (
+    MAX_REQUEST_BYTES,
+    ExecRefusal,
+    ExecRequest,
+    ExecResult,
+    ExecutorState,
+)
+from cloister_executor.runner import run_command
+
+READ_TIMEOUT = 10.0
+
+
+class ExecutorSettings(BaseSettings):
+    """Settings of ``cloister-executor serve``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLOISTER_EXECUTOR_",
+        extra="forbid",
+        frozen=True,
+        cli_kebab_case=True,
+        cli_prog_name="cloister-executor serve",
+        cli_implicit_flags=True,
+    )
+
+    config_dir: Path = Field(
+        default_factory=default_config_dir, description="Cloister's config directory"
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Cloister's data directory"
+    )
+    tcp: str | None = Field(
+        default=None,
+        description="also listen on this loopback HOST:PORT (Docker Desktop only, where a"
+        " Unix socket cannot reach the engine)",
+    )
+    max_timeout: Duration = Field(
+        default=timedelta(hours=1), description="no command runs longer, whatever is asked"
+    )
+
+    @property
+    def paths(self) -> CloisterPaths:
+        return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
+
+
+def run_dir(paths: CloisterPaths) -> Path:
+    """``<data>/run``: the directory mounted into the gateway (socket and secret)."""
+    return paths.data_dir / "run"
+
+
+def socket_path(paths: CloisterPaths) -> Path:
+    return run_dir(paths) / "executor.sock"
+
+
+def secret_path(paths: CloisterPaths) -> Path:
+    return run_dir(paths) / "executor.secret"
+
+
+def ensure_secret(path: Path) -> str:
+    """The stack's executor secret, created (0600) on first use."""
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        secret = secrets.token_hex(32)
+        with contextlib.suppress(FileExistsError):
+            atomic_write(path, secret + "\n", mode=0o600, exclusive=True, dir_mode=0o700)
+        return path.read_text(encoding="ascii").strip()
+
+
+def _loopback_address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not ipaddress.ip_address(host).is_loopback:
+        raise ValueError(
+            f"the executor's TCP listener must be on a loopback address, not {value!r}"
+        )
+    return host, int(port)
+
+
+class ExecutorDaemon:
+    """The executor: accept, authenticate, run, answer."""
+
+    def __init__(
+        self,
+        settings: ExecutorSettings,
+        report: Callable[[str], None],
+        host_environment: dict[str, str] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._paths = settings.paths
+        self._report = report
+        self._host_env = dict(os.environ if host_environment is None else host_environment)
+        self._tokens = TokenDirectory(self._paths.tokens_dir, report)
+        self._config: tuple[object, HostexecConfig] | None = None
+        self._secret = ""
+        self.socket_path = socket_path(self._paths)
+        self.tcp_address: tuple[str, int] | None = None
+
+    def _hostexec_config(self) -> HostexecConfig:
+        signature = file_signature(self._paths.config_file)
+        if self._config is None or self._config[0] != signature:
+            try:
+                config = load_global_config(self._paths, create=False).hostexec
+            except CloisterError as error:
+                self._report(f"configuration error, using the last good one: {error}")
+                return self._config[1] if self._config else HostexecConfig()
+            self._config = (signature, config)
+        return self._config[1]
+
+    async def execute(self, raw: bytes) -> ExecResult | ExecRefusal:
+        """One request line in, one answer out (pure apart from running the command)."""
+        try:
+            request = ExecRequest.model_validate_json(raw)
+        except ValidationError as error:
+            return ExecRefusal(reason=f"invalid request: {error.error_count()} problem(s)")
+        if not hmac.compare_digest(request.secret.encode(), self._secret.encode()):
+            self._report("refused a request with a wrong secret")
+            return ExecRefusal(reason="wrong secret")
+        prepared = self._prepare(request)
+        if isinstance(prepared, ExecRefusal):
+            return prepared
+        cwd, env = prepared
+        timeout = min(request.timeout_seconds, self._settings.max_timeout.total_seconds())
+        return await run_command(request.argv, cwd=cwd, env=env, timeout_seconds=timeout)
+
+    def _prepare(self, request: ExecRequest) -> tuple[Path, dict[str, str]] | ExecRefusal:
+        """The cloister's directory (from its token file, never the request) and env."""
+        self._tokens.refresh()
+        record = self._tokens.registry.lookup(request.token)
+        if record is None:
+            return ExecRefusal(reason="unknown cloister token")
+        cwd = Path(record.path)
+        if not cwd.is_dir():
+            return ExecRefusal(reason=f"the cloister's directory {str(cwd)!r} does not exist")
+        config = self._hostexec_config()
+        return cwd, command_environment(self._host_env, config.env_passthrough, record)
+
+    async def _handle(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn, limit=MAX_REQUEST_BYTES)
+        except OSError:
+            conn.close()
+            return
+        try:
+            try:
+                async with asyncio.timeout(READ_TIMEOUT):
+                    line = await reader.readline()
+            except (TimeoutError, ValueError, OSError):  # slow, oversized or broken
+                answer: ExecResult | ExecRefusal = ExecRefusal(reason="no complete request")
+            else:
+                answer = await self.execute(line)
+            writer.write(answer.model_dump_json().encode() + b"\n")
+            await writer.drain()
+        except Exception as error:  # a broken connection must not stop the daemon
+            self._report(f"request failed: {type(error).__name__}: {error}")
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    def _unix_listener(self) -> socket.socket:
+        directory = self.socket_path.parent
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        directory.chmod(0o700)
+        self.socket_path.unlink(missing_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Created 0600 from the start (umask), not chmod'ed after a window.
+        old_umask = os.umask(0o177)
+        try:
+            listener.bind(str(self.socket_path))
+        finally:
+            os.umask(old_umask)
+        listener.listen(128)
+        listener.setblocking(False)
+        return listener
+
+    def _tcp_listener(self, address: str) -> socket.socket:
+        host, port = _loopback_address(address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(128)
+        listener.setblocking(False)
+        self.tcp_address = listener.getsockname()[:2]
+        return listener
+
+    async def _accept(self, listener: socket.socket, tasks: asyncio.TaskGroup) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(listener)
+            conn.setblocking(False)
+            tasks.create_task(self._handle(conn))
+
+    def _write_state(self) -> None:
+        state = ExecutorState(
+            pid=os.getpid(),
+            socket=self.socket_path,
+            tcp=f"{self.tcp_address[0]}:{self.tcp_address[1]}" if self.tcp_address else None,
+            secret_file=secret_path(self._paths),
+            started_at=datetime.now(UTC),
+        )
+        atomic_write(self._paths.executor_state, state.model_dump_json(indent=2) + "\n", mode=0o600)
+
+    async def serve(self, ready: Callable[[], None] | None = None) -> None:
+        self._secret = ensure_secret(secret_path(self._paths))
+        self._tokens.refresh(force=True)
+        listeners = [self._unix_listener()]
+        if self._settings.tcp:
+            listeners.append(self._tcp_listener(self._settings.tcp))
+        self._write_state()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for listener in listeners:
+                    tasks.create_task(self._accept(listener, tasks))
+                if ready is not None:
+                    ready()
+        finally:
+            for listener in listeners:
+                listener.close()
+            self.socket_path.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                state = ExecutorState.model_validate_json(self._paths.executor_state.read_bytes())
+                if state.pid == os.getpid():
+                    self._paths.executor_state.unlink()
+
+
+def _report(message: str) -> None:
+    print(f"cloister-executor: {message}", file=sys.stderr, flush=True)
+
+
+async def run(settings: ExecutorSettings) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    daemon = ExecutorDaemon(settings, _report)
+    async with asyncio.TaskGroup() as tasks:
+        serving = tasks.create_task(
+            daemon.serve(ready=lambda: _report(f"listening on {daemon.socket_path}"))
+        )
+        await stop.wait()
+        serving.cancel()
+
+
+def main(argv: list[str]) -> int:
+    settings = ExecutorSettings(_cli_parse_args=argv)
+    if settings.tcp:
+        _loopback_address(settings.tcp)  # refuse a non-loopback address before starting
+    asyncio.run(run(settings))
+    return 0

@@ -1,0 +1,338 @@
+"""``cloister-executor gateway``: the hostexec request server cloisters call (port 9998).
+
+It sits on cloister-net (cloisters reach it) and the control network (it reaches the
+approval hub), and it has the executor's socket directory mounted. For each
+``POST /request`` (header ``X-Cloister-Token``, body ``{"args": [...]}``):
+
+1. the token identifies the cloister (a ``cmd`` field, if sent, is never used);
+2. argv is checked (not empty, no NUL, a bounded body) and rendered canonically;
+3. ``auto_approve`` runs it, ``manual_approve`` asks the hub and waits, anything else is
+   ``denied`` with the reason;
+4. the executor runs it in the cloister's own host directory and the answer is
+   ``{status, exit_code, stdout, stderr, reason, stdout_truncated, stderr_truncated}``.
+
+Audit lines: request, decision, completion (exit code, duration).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import uvicorn
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from cloister_core.audit import AuditLog
+from cloister_core.commands import CommandVerdict
+from cloister_core.config.models import Duration
+from cloister_core.errors import InvalidCommandError
+from cloister_core.hub import (
+    SERVICE_AUTH_SCHEME,
+    SERVICE_COMMANDS_PATH,
+    CommandDecision,
+    CommandRequest,
+)
+from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.tokens import TokenRecord
+from cloister_core.watch import PolicyBook, TokenDirectory
+from cloister_executor.client import ExecutorClient, ExecutorUnavailableError
+from cloister_executor.protocol import ExecRefusal
+
+Status = Literal["auto_approved", "approved", "denied", "timeout", "error"]
+REFRESH_SECONDS = 0.5
+
+
+class GatewaySettings(BaseSettings):
+    """Settings of ``cloister-executor gateway``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLOISTER_GATEWAY_",
+        extra="forbid",
+        frozen=True,
+        cli_kebab_case=True,
+        cli_prog_name="cloister-executor gateway",
+        cli_implicit_flags=True,
+    )
+
+    config_dir: Path = Field(
+        default_factory=default_config_dir, description="Cloister's config directory"
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Cloister's data directory"
+    )
+    host: str = Field(default="0.0.0.0", description="address to listen on")  # noqa: S104
+    port: int = Field(default=9998, ge=0, le=65535, description="port to listen on")
+    executor: str = Field(
+        default="unix:/run/cloister/executor.sock", description="unix:PATH or tcp:HOST:PORT"
+    )
+    executor_secret_file: Path = Field(
+        default=Path("/run/cloister/executor.secret"), description="the executor's secret"
+    )
+    approval_url: str | None = Field(
+        default=None, description="the approval hub (manual approvals)"
+    )
+    approval_credential: SecretStr | None = Field(
+        default=None, description="the hub's service credential"
+    )
+    approval_credential_file: Path | None = Field(
+        default=None, description="file with the credential"
+    )
+    approval_timeout: Duration = Field(
+        default=timedelta(minutes=5), description="how long a manual command waits for a human"
+    )
+    max_body: int = Field(default=64 * 1024, ge=1024, description="largest request body accepted")
+    audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
+    audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
+
+    @property
+    def paths(self) -> CloisterPaths:
+        return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
+
+    def credential(self) -> str | None:
+        if self.approval_credential is not None:
+            return self.approval_credential.get_secret_value()
+        if self.approval_credential_file is not None:
+            return self.approval_credential_file.read_text(encoding="utf-8").strip()
+        return None
+
+
+class HostexecIn(BaseModel):
+    """The body ``hostexec`` sends."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    args: list[str]
+    cmd: str | None = None  # informational only; the decision is made on args
+
+
+class HostexecOut(BaseModel):
+    status: Status
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    reason: str | None = None
+
+
+def answer(out: HostexecOut, status_code: int = 200) -> JSONResponse:
+    return JSONResponse(out.model_dump(mode="json"), status_code=status_code)
+
+
+class Gateway:
+    """Tokens, policies, the hub and the executor, as one request handler."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        executor: ExecutorClient,
+        hub: httpx.AsyncClient | None,
+        audit: AuditLog,
+    ) -> None:
+        self._settings = settings
+        self._executor = executor
+        self._hub = hub
+        self._audit = audit
+        self._tokens = TokenDirectory(settings.paths.tokens_dir, self._report)
+        self._policies = PolicyBook(settings.paths, self._report)
+        self._refreshed = 0.0
+        self._credential = settings.credential()
+
+    @staticmethod
+    def _report(message: str) -> None:
+        print(f"cloister-gateway: {message}", file=sys.stderr, flush=True)
+
+    def _refresh(self) -> None:
+        # Lazily, at most twice a second: a request never waits for a poll loop.
+        now = time.monotonic()
+        if now - self._refreshed >= REFRESH_SECONDS:
+            self._refreshed = now
+            self._tokens.refresh()
+            self._policies.refresh()
+
+    def authenticate(self, token: str | None) -> TokenRecord | None:
+        self._refresh()
+        return self._tokens.registry.lookup(token) if token else None
+
+    async def handle(self, record: TokenRecord, request: HostexecIn) -> HostexecOut:
+        policy = self._policies.get(record.project)
+        who: dict[str, Any] = {"cloister": record.cloister, "project": record.project}
+        if policy is None:
+            problem = self._policies.error(record.project) or "unknown"
+            return HostexecOut(status="error", reason=f"configuration error: {problem}")
+        verdict = policy.commands.decide(request.args)  # InvalidCommandError: the caller's 400
+        self._audit.write("hostexec.request", **who, argv=request.args, command=verdict.command)
+        status: Status
+        if verdict.action == "auto_approve":
+            status = "auto_approved"
+        elif verdict.action == "manual_approve":
+            decided = await self._ask_human(record, request.args, verdict)
+            if decided.action != "approve":
+                status = "timeout" if decided.action == "timeout" else "denied"
+                reason = decided.reason or (
+                    "nobody approved it in time" if status == "timeout" else "denied by a human"
+                )
+                self._audit.write("hostexec.decision", **who, command=verdict.command,
+                                  status=status, reason=reason)  # fmt: skip
+                return HostexecOut(status=status, reason=reason)
+            status = "approved"
+        else:
+            self._audit.write("hostexec.decision", **who, command=verdict.command,
+                              status="denied", reason=verdict.reason)  # fmt: skip
+            return HostexecOut(
+                status="denied",
+                reason=f"`{verdict.command}` {verdict.reason}; add a pattern to"
+                " hostexec.auto_approve or hostexec.manual_approve to allow it",
+            )
+        pattern = verdict.rule.pattern.pattern if verdict.rule else None
+        self._audit.write(
+            "hostexec.decision", **who, command=verdict.command, status=status, pattern=pattern
+        )
+        return await self._execute(
+            record, request.args, policy.config.hostexec.timeout, who, status
+        )
+
+    async def _ask_human(
+        self, record: TokenRecord, argv: list[str], verdict: CommandVerdict
+    ) -> CommandDecision:
+        if self._hub is None or not self._settings.approval_url:
+            return CommandDecision(action="deny", reason="no approval hub is configured")
+        wait = self._settings.approval_timeout.total_seconds()
+        request = CommandRequest(
+            cloister=record.cloister,
+            project=record.project,
+            argv=tuple(argv),
+            command=verdict.command,
+            cwd=record.path,
+            wait_seconds=wait,
+        )
+        headers = {"Authorization": f"{SERVICE_AUTH_SCHEME} {self._credential}"}
+        try:
+            response = await self._hub.post(
+                self._settings.approval_url.rstrip("/") + SERVICE_COMMANDS_PATH,
+                json=request.model_dump(mode="json"),
+                headers=headers,
+                timeout=httpx.Timeout(wait + 5.0, connect=5.0),
+            )
+            response.raise_for_status()
+            return CommandDecision.model_validate_json(response.content)
+        except (httpx.HTTPError, ValidationError) as error:
+            return CommandDecision(
+                action="deny", reason=f"the approval hub could not be asked: {error}"
+            )
+
+    async def _execute(
+        self,
+        record: TokenRecord,
+        argv: list[str],
+        limit: timedelta,
+        who: dict[str, Any],
+        status: Status,
+    ) -> HostexecOut:
+        started = time.monotonic()
+        try:
+            result = await self._executor.run(record.secret, argv, limit.total_seconds())
+        except ExecutorUnavailableError as error:
+            self._audit.write("hostexec.complete", **who, status="error", reason=str(error))
+            return HostexecOut(status="error", reason=f"host executor unavailable: {error}")
+        if isinstance(result, ExecRefusal):
+            self._audit.write("hostexec.complete", **who, status="error", reason=result.reason)
+            return HostexecOut(status="error", reason=f"host executor refused: {result.reason}")
+        self._audit.write(
+            "hostexec.complete",
+            **who,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        return HostexecOut(
+            status=status,
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            reason="timed out and killed" if result.timed_out else None,
+        )
+
+
+async def request_endpoint(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    settings: GatewaySettings = request.app.state.settings
+    record = gateway.authenticate(request.headers.get("x-cloister-token"))
+    if record is None:
+        return answer(
+            HostexecOut(status="error", reason="missing or unknown X-Cloister-Token"), 401
+        )
+    body = await request.body()
+    if len(body) > settings.max_body:
+        return answer(
+            HostexecOut(status="error", reason=f"request body over {settings.max_body} bytes"), 413
+        )
+    try:
+        parsed = HostexecIn.model_validate_json(body)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}" for item in error.errors()
+        )
+        return answer(HostexecOut(status="error", reason=f"invalid request: {problems}"), 400)
+    try:
+        out = await gateway.handle(record, parsed)
+    except InvalidCommandError as error:
+        return answer(HostexecOut(status="error", reason=str(error)), 400)
+    return answer(out)
+
+
+async def health(request: Request) -> Response:
+    del request
+    return JSONResponse({"status": "ok"})
+
+
+def create_app(settings: GatewaySettings) -> Starlette:
+    audit = AuditLog(settings.audit_log, stream=sys.stdout if settings.audit_stdout else None)
+    executor = ExecutorClient(settings.executor, settings.executor_secret_file)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with httpx.AsyncClient() as hub:
+            app.state.gateway = Gateway(settings, executor, hub, audit)
+            try:
+                yield
+            finally:
+                audit.close()
+
+    app = Starlette(
+        routes=[
+            Route("/request", request_endpoint, methods=["POST"]),
+            Route("/healthz", health, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    return app
+
+
+def main(argv: list[str]) -> int:
+    settings = GatewaySettings(_cli_parse_args=argv)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        server_header=False,
+    )
+    return 0

@@ -1,0 +1,60 @@
+"""Polling token and policy files: changes are picked up, broken files keep the last good."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cloister_core.paths import CloisterPaths
+from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
+from cloister_core.watch import PolicyBook, TokenDirectory, directory_signature, file_signature
+
+
+def test_signatures(tmp_path: Path) -> None:
+    assert file_signature(tmp_path / "absent") is None
+    path = tmp_path / "f"
+    path.write_text("a", encoding="utf-8")
+    before = file_signature(path)
+    path.write_text("ab", encoding="utf-8")
+    assert file_signature(path) != before
+    (tmp_path / ".hidden").write_text("x", encoding="utf-8")
+    assert [name for name, _ in directory_signature(tmp_path)] == ["f"]
+    assert directory_signature(tmp_path / "absent") == ()
+
+
+def test_token_directory(tmp_path: Path) -> None:
+    messages: list[str] = []
+    tokens = TokenDirectory(tmp_path / "tokens", messages.append)
+    assert tokens.refresh() == []
+    record = TokenRecord.create(cloister="a", project="a", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", record)
+    assert tokens.refresh() == []
+    assert tokens.registry.lookup(record.secret) == record
+    (tmp_path / "tokens" / "broken").write_text("{", encoding="utf-8")
+    tokens.refresh()
+    assert any("ignoring token file" in message for message in messages)
+    remove_token_file(tmp_path / "tokens", "a")
+    assert tokens.refresh() == [record]
+    assert tokens.registry.lookup(record.secret) is None
+
+
+def test_policy_book_keeps_last_good(tmp_path: Path) -> None:
+    paths = CloisterPaths(tmp_path / "config", tmp_path / "data")
+    paths.config_dir.mkdir()
+    paths.config_file.write_text("proxy:\n  allow: [{domain: a.test}]\n", encoding="utf-8")
+    messages: list[str] = []
+    book = PolicyBook(paths, messages.append)
+    policy = book.get("p")
+    assert policy is not None
+    assert policy.domains.decide("a.test", 443).action == "allow"
+    paths.config_file.write_text("proxy:\n  allow: [\n", encoding="utf-8")
+    assert book.refresh() == []
+    assert book.get("p") is policy
+    assert book.error("p") is not None
+    assert messages
+    assert str(paths.config_file) in messages[0]
+    paths.config_file.write_text("proxy:\n  allow: [{domain: b.test}]\n", encoding="utf-8")
+    assert book.refresh() == ["p"]
+    fresh = book.get("p")
+    assert fresh is not None
+    assert fresh.domains.decide("b.test", 443).action == "allow"
+    assert book.error("p") is None
