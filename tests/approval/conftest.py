@@ -94,7 +94,7 @@ class LiveHub:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port: int = probe.getsockname()[1]
-        (tmp_path / "config").mkdir(exist_ok=True)
+        (tmp_path / "config").mkdir(parents=True, exist_ok=True)
         self.settings = make_settings(
             tmp_path, port=self.port, public_hosts=(f"127.0.0.1:{self.port}",), **overrides
         )

@@ -135,3 +135,11 @@ def test_reserved_cloister_names_are_refused() -> None:
         record("guardian")
     with pytest.raises(CloisterNameError, match="reserved"):
         remove_token_file(Path("/nonexistent"), "guardian-x")
+
+
+def test_registry_load_of_an_unreadable_directory(tmp_path: Path) -> None:
+    tokens_dir = tmp_path / "tokens"
+    tokens_dir.write_text("not a directory", encoding="utf-8")
+    registry, errors = TokenRegistry.load(tokens_dir)
+    assert len(registry) == 0
+    assert "cannot list token files" in str(errors[0])

@@ -171,6 +171,8 @@ class TokenRegistry:
             entries = sorted(tokens_dir.iterdir())
         except FileNotFoundError:
             return registry, errors
+        except OSError as error:  # unreadable: report it, serve with no tokens
+            return registry, [TokenError(f"{tokens_dir}: cannot list token files: {error}")]
         for path in entries:
             if path.name.startswith(".") or not path.is_file():
                 continue

@@ -11,7 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from cloister_executor.protocol import ExecRefusal, ExecRequest, ExecResult
 
-ANSWER_LIMIT = 8 * 1024 * 1024  # two capped outputs, JSON-escaped, with room to spare
+ANSWER_LIMIT = 8 * 1024 * 1024  # two capped outputs, base64 in JSON, with room to spare
 _ANSWER: TypeAdapter[ExecResult | ExecRefusal] = TypeAdapter(ExecResult | ExecRefusal)
 
 
@@ -28,15 +28,19 @@ class ExecutorClient:
             raise ValueError(
                 f"executor address must be unix:PATH or tcp:HOST:PORT, not {address!r}"
             )
-        self._kind = kind
         self._where = where
         self._secret_file = secret_file
+        self._tcp: tuple[str, int] | None = None
+        if kind == "tcp":
+            host, _, port = where.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ValueError(f"executor address must be tcp:HOST:PORT, not {address!r}")
+            self._tcp = (host.strip("[]"), int(port))
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._kind == "unix":
+        if self._tcp is None:
             return await asyncio.open_unix_connection(self._where, limit=ANSWER_LIMIT)
-        host, _, port = self._where.rpartition(":")
-        return await asyncio.open_connection(host.strip("[]"), int(port), limit=ANSWER_LIMIT)
+        return await asyncio.open_connection(*self._tcp, limit=ANSWER_LIMIT)
 
     async def run(
         self, token: str, argv: Sequence[str], timeout_seconds: float
@@ -44,7 +48,7 @@ class ExecutorClient:
         try:
             # Read at every call: the secret changes when the stack is set up again.
             secret = self._secret_file.read_text(encoding="ascii").strip()
-        except OSError as error:
+        except (OSError, UnicodeDecodeError) as error:
             raise ExecutorUnavailableError(f"cannot read the executor secret: {error}") from None
         request = ExecRequest(
             secret=secret, token=token, argv=tuple(argv), timeout_seconds=timeout_seconds

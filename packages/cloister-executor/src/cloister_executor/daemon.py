@@ -41,6 +41,7 @@ from cloister_core.watch import TokenDirectory, file_signature
 from cloister_executor.environment import command_environment
 from cloister_executor.protocol import (
     MAX_REQUEST_BYTES,
+    MIN_SECRET_LENGTH,
     ExecRefusal,
     ExecRequest,
     ExecResult,
@@ -97,14 +98,27 @@ def secret_path(paths: CloisterPaths) -> Path:
 
 
 def ensure_secret(path: Path) -> str:
-    """The stack's executor secret, created (0600) on first use."""
+    """The stack's executor secret, created (0600) on first use.
+
+    A secret file that exists but is empty or short is refused: an empty secret would
+    let any request through.
+    """
     try:
-        return path.read_text(encoding="ascii").strip()
+        secret = path.read_text(encoding="ascii").strip()
     except FileNotFoundError:
-        secret = secrets.token_hex(32)
         with contextlib.suppress(FileExistsError):
-            atomic_write(path, secret + "\n", mode=0o600, exclusive=True, dir_mode=0o700)
-        return path.read_text(encoding="ascii").strip()
+            atomic_write(
+                path, secrets.token_hex(32) + "\n", mode=0o600, exclusive=True, dir_mode=0o700
+            )
+        secret = path.read_text(encoding="ascii").strip()
+    except (UnicodeDecodeError, ValueError):
+        secret = ""
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise ValueError(
+            f"the executor secret in {path} is empty, short or not ASCII; delete the file"
+            " to have a new one made"
+        )
+    return secret
 
 
 def _loopback_address(value: str) -> tuple[str, int]:
@@ -132,6 +146,7 @@ class ExecutorDaemon:
         self._host_env = dict(os.environ if host_environment is None else host_environment)
         self._tokens = TokenDirectory(self._paths.tokens_dir, report)
         self._config: tuple[object, HostexecConfig] | None = None
+        self._config_error: str | None = None
         self._secret = ""
         self.socket_path = socket_path(self._paths)
         self.tcp_address: tuple[str, int] | None = None
@@ -142,9 +157,12 @@ class ExecutorDaemon:
             try:
                 config = load_global_config(self._paths, create=False).hostexec
             except CloisterError as error:
-                self._report(f"configuration error, using the last good one: {error}")
+                if str(error) != self._config_error:  # once per change, not per request
+                    self._config_error = str(error)
+                    self._report(f"configuration error, using the last good one: {error}")
                 return self._config[1] if self._config else HostexecConfig()
             self._config = (signature, config)
+            self._config_error = None
         return self._config[1]
 
     async def execute(self, raw: bytes) -> ExecResult | ExecRefusal:
@@ -153,7 +171,9 @@ class ExecutorDaemon:
             request = ExecRequest.model_validate_json(raw)
         except ValidationError as error:
             return ExecRefusal(reason=f"invalid request: {error.error_count()} problem(s)")
-        if not hmac.compare_digest(request.secret.encode(), self._secret.encode()):
+        if not self._secret or not hmac.compare_digest(
+            request.secret.encode(), self._secret.encode()
+        ):
             self._report("refused a request with a wrong secret")
             return ExecRefusal(reason="wrong secret")
         prepared = self._prepare(request)
@@ -208,19 +228,26 @@ class ExecutorDaemon:
         old_umask = os.umask(0o177)
         try:
             listener.bind(str(self.socket_path))
+            listener.listen(128)
+        except OSError:
+            listener.close()
+            raise
         finally:
             os.umask(old_umask)
-        listener.listen(128)
         listener.setblocking(False)
         return listener
 
-    def _tcp_listener(self, address: str) -> socket.socket:
-        host, port = _loopback_address(address)
+    def _tcp_listener(self, address: tuple[str, int]) -> socket.socket:
+        host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-        listener.listen(128)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, port))
+            listener.listen(128)
+        except OSError:
+            listener.close()
+            raise
         listener.setblocking(False)
         self.tcp_address = listener.getsockname()[:2]
         return listener
@@ -244,12 +271,14 @@ class ExecutorDaemon:
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
         self._secret = ensure_secret(secret_path(self._paths))
+        tcp = _loopback_address(self._settings.tcp) if self._settings.tcp else None
         self._tokens.refresh(force=True)
-        listeners = [self._unix_listener()]
-        if self._settings.tcp:
-            listeners.append(self._tcp_listener(self._settings.tcp))
-        self._write_state()
+        listeners: list[socket.socket] = []
         try:
+            listeners.append(self._unix_listener())
+            if tcp is not None:
+                listeners.append(self._tcp_listener(tcp))
+            self._write_state()
             async with asyncio.TaskGroup() as tasks:
                 for listener in listeners:
                     tasks.create_task(self._accept(listener, tasks))
@@ -259,7 +288,7 @@ class ExecutorDaemon:
             for listener in listeners:
                 listener.close()
             self.socket_path.unlink(missing_ok=True)
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(FileNotFoundError, ValueError):
                 state = ExecutorState.model_validate_json(self._paths.executor_state.read_bytes())
                 if state.pid == os.getpid():
                     self._paths.executor_state.unlink()

@@ -16,7 +16,9 @@ Audit lines: request, decision, completion (exit code, duration).
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -30,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from cloister_core.audit import AuditLog
@@ -117,17 +119,54 @@ class HostexecIn(BaseModel):
 
 
 class HostexecOut(BaseModel):
+    """The answer. Output is kept as bytes and rendered per the client's ``Accept``."""
+
     status: Status
     exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
+    stdout: bytes = b""
+    stderr: bytes = b""
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     reason: str | None = None
 
+    def as_json(self) -> dict[str, Any]:
+        """JSON for scripts: output as text (invalid UTF-8 replaced)."""
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "stdout": self.stdout.decode("utf-8", "replace"),
+            "stderr": self.stderr.decode("utf-8", "replace"),
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+            "reason": self.reason,
+        }
 
-def answer(out: HostexecOut, status_code: int = 200) -> JSONResponse:
-    return JSONResponse(out.model_dump(mode="json"), status_code=status_code)
+    def as_lines(self) -> str:
+        """``text/x-hostexec`` for the bash client: ``key value`` lines, bytes exact.
+
+        Values that may hold anything (output, reason) are base64, so a shell reads
+        every field with ``read`` and decodes output with ``base64 -d``: no JSON parser
+        in the cloister, and NUL bytes and binary output arrive unchanged.
+        """
+        b64 = base64.b64encode
+        return (
+            f"status {self.status}\n"
+            f"exit_code {1 if self.exit_code is None else self.exit_code}\n"
+            f"stdout_truncated {str(self.stdout_truncated).lower()}\n"
+            f"stderr_truncated {str(self.stderr_truncated).lower()}\n"
+            f"reason {b64((self.reason or '').encode()).decode()}\n"
+            f"stdout {b64(self.stdout).decode()}\n"
+            f"stderr {b64(self.stderr).decode()}\n"
+        )
+
+
+LINES_TYPE = "text/x-hostexec"
+
+
+def answer(out: HostexecOut, status_code: int = 200, *, lines: bool = False) -> Response:
+    if lines:
+        return PlainTextResponse(out.as_lines(), status_code=status_code, media_type=LINES_TYPE)
+    return JSONResponse(out.as_json(), status_code=status_code)
 
 
 class Gateway:
@@ -149,6 +188,12 @@ class Gateway:
         self._refreshed = 0.0
         self._credential = settings.credential()
 
+    def _log(self, event: str, who: dict[str, Any], **fields: Any) -> None:
+        ids = {key: value for key, value in who.items() if key != "started"}
+        if event == "hostexec.complete":
+            fields["duration_ms"] = round((time.monotonic() - who["started"]) * 1000, 3)
+        self._audit.write(event, **ids, **fields)
+
     @staticmethod
     def _report(message: str) -> None:
         print(f"cloister-gateway: {message}", file=sys.stderr, flush=True)
@@ -167,12 +212,18 @@ class Gateway:
 
     async def handle(self, record: TokenRecord, request: HostexecIn) -> HostexecOut:
         policy = self._policies.get(record.project)
-        who: dict[str, Any] = {"cloister": record.cloister, "project": record.project}
+        # One id ties a request's audit lines together when requests overlap.
+        who: dict[str, Any] = {
+            "id": secrets.token_hex(6),
+            "cloister": record.cloister,
+            "project": record.project,
+            "started": time.monotonic(),
+        }
         if policy is None:
             problem = self._policies.error(record.project) or "unknown"
             return HostexecOut(status="error", reason=f"configuration error: {problem}")
         verdict = policy.commands.decide(request.args)  # InvalidCommandError: the caller's 400
-        self._audit.write("hostexec.request", **who, argv=request.args, command=verdict.command)
+        self._log("hostexec.request", who, argv=request.args, command=verdict.command)
         status: Status
         if verdict.action == "auto_approve":
             status = "auto_approved"
@@ -183,22 +234,26 @@ class Gateway:
                 reason = decided.reason or (
                     "nobody approved it in time" if status == "timeout" else "denied by a human"
                 )
-                self._audit.write("hostexec.decision", **who, command=verdict.command,
-                                  status=status, reason=reason)  # fmt: skip
+                self._log(
+                    "hostexec.decision", who, command=verdict.command, status=status, reason=reason
+                )
                 return HostexecOut(status=status, reason=reason)
             status = "approved"
         else:
-            self._audit.write("hostexec.decision", **who, command=verdict.command,
-                              status="denied", reason=verdict.reason)  # fmt: skip
+            self._log(
+                "hostexec.decision",
+                who,
+                command=verdict.command,
+                status="denied",
+                reason=verdict.reason,
+            )
             return HostexecOut(
                 status="denied",
                 reason=f"`{verdict.command}` {verdict.reason}; add a pattern to"
                 " hostexec.auto_approve or hostexec.manual_approve to allow it",
             )
         pattern = verdict.rule.pattern.pattern if verdict.rule else None
-        self._audit.write(
-            "hostexec.decision", **who, command=verdict.command, status=status, pattern=pattern
-        )
+        self._log("hostexec.decision", who, command=verdict.command, status=status, pattern=pattern)
         return await self._execute(
             record, request.args, policy.config.hostexec.timeout, who, status
         )
@@ -244,19 +299,19 @@ class Gateway:
         try:
             result = await self._executor.run(record.secret, argv, limit.total_seconds())
         except ExecutorUnavailableError as error:
-            self._audit.write("hostexec.complete", **who, status="error", reason=str(error))
+            self._log("hostexec.complete", who, status="error", reason=str(error))
             return HostexecOut(status="error", reason=f"host executor unavailable: {error}")
         if isinstance(result, ExecRefusal):
-            self._audit.write("hostexec.complete", **who, status="error", reason=result.reason)
+            self._log("hostexec.complete", who, status="error", reason=result.reason)
             return HostexecOut(status="error", reason=f"host executor refused: {result.reason}")
-        self._audit.write(
+        self._log(
             "hostexec.complete",
-            **who,
+            who,
             exit_code=result.exit_code,
             timed_out=result.timed_out,
             stdout_truncated=result.stdout_truncated,
             stderr_truncated=result.stderr_truncated,
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
+            executor_ms=round((time.monotonic() - started) * 1000, 3),
         )
         return HostexecOut(
             status=status,
@@ -272,15 +327,20 @@ class Gateway:
 async def request_endpoint(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     settings: GatewaySettings = request.app.state.settings
+    lines = LINES_TYPE in request.headers.get("accept", "")
     record = gateway.authenticate(request.headers.get("x-cloister-token"))
     if record is None:
         return answer(
-            HostexecOut(status="error", reason="missing or unknown X-Cloister-Token"), 401
+            HostexecOut(status="error", reason="missing or unknown X-Cloister-Token"),
+            401,
+            lines=lines,
         )
     body = await request.body()
     if len(body) > settings.max_body:
         return answer(
-            HostexecOut(status="error", reason=f"request body over {settings.max_body} bytes"), 413
+            HostexecOut(status="error", reason=f"request body over {settings.max_body} bytes"),
+            413,
+            lines=lines,
         )
     try:
         parsed = HostexecIn.model_validate_json(body)
@@ -288,12 +348,14 @@ async def request_endpoint(request: Request) -> Response:
         problems = "; ".join(
             f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}" for item in error.errors()
         )
-        return answer(HostexecOut(status="error", reason=f"invalid request: {problems}"), 400)
+        return answer(
+            HostexecOut(status="error", reason=f"invalid request: {problems}"), 400, lines=lines
+        )
     try:
         out = await gateway.handle(record, parsed)
     except InvalidCommandError as error:
-        return answer(HostexecOut(status="error", reason=str(error)), 400)
-    return answer(out)
+        return answer(HostexecOut(status="error", reason=str(error)), 400, lines=lines)
+    return answer(out, lines=lines)
 
 
 async def health(request: Request) -> Response:

@@ -9,14 +9,32 @@ host path in its own token files.
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 MAX_REQUEST_BYTES = 256 * 1024
 OUTPUT_CAP = 1024 * 1024  # bytes of stdout and of stderr kept, each
+MIN_SECRET_LENGTH = 32
+
+
+def _from_wire(value: object) -> object:
+    # On the wire (JSON) output is base64 text; in Python it is bytes.
+    return base64.b64decode(value, validate=True) if isinstance(value, str) else value
+
+
+def _to_wire(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+WireBytes = Annotated[
+    bytes,
+    BeforeValidator(_from_wire),
+    PlainSerializer(_to_wire, return_type=str, when_used="json"),
+]
 
 
 class _Message(BaseModel):
@@ -31,14 +49,24 @@ class ExecRequest(_Message):
 
 
 class ExecResult(_Message):
+    """What the command did. Output is bytes (base64 on the wire): binary-safe."""
+
     kind: Literal["result"] = "result"
     exit_code: int
-    stdout: str
-    stderr: str
+    stdout: WireBytes
+    stderr: WireBytes
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     timed_out: bool = False
     duration_ms: float
+
+    @property
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
 
 
 class ExecRefusal(_Message):

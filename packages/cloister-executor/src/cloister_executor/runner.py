@@ -54,60 +54,85 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-async def run_command(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout_seconds: float,
-    cap: int = OUTPUT_CAP,
-) -> ExecResult:
-    """Run *argv* in *cwd* with exactly *env*; never raises for the command's failures."""
-    started = time.monotonic()
+async def _pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.ReadTransport]:
+    """A stream over the read end *fd* of a pipe, whose transport we own (and close)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    return reader, transport
 
-    def result(
-        code: int,
-        out: bytes,
-        err: bytes,
-        *,
-        stdout_truncated: bool = False,
-        stderr_truncated: bool = False,
-        timed_out: bool = False,
-    ) -> ExecResult:
-        return ExecResult(
-            exit_code=code,
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
-            stdout_truncated=stdout_truncated,
-            stderr_truncated=stderr_truncated,
-            timed_out=timed_out,
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
-        )
 
+class _SpawnError(Exception):
+    """The command could not be started; the exit code and message say why."""
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.message = message
+
+
+def _check(argv: Sequence[str], cwd: Path) -> None:
+    if not cwd.is_dir():
+        raise _SpawnError(126, f"working directory {str(cwd)!r} does not exist")
+    if any("\x00" in arg for arg in argv):
+        raise _SpawnError(126, "an argument contains a NUL byte")
+
+
+async def _spawn(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str]
+) -> tuple[asyncio.subprocess.Process, int, int]:
+    """Start *argv* in its own session; returns it and the read ends of its output pipes."""
+    _check(argv, cwd)
+    # Our own pipes (not asyncio's): we hold the read ends and can close them even if
+    # something escapes the process group and keeps the write ends open.
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
             env=dict(env),
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdout=out_write,
+            stderr=err_write,
             start_new_session=True,
         )
-    except FileNotFoundError:
-        return result(127, b"", f"hostexec: command not found: {argv[0]}\n".encode())
-    except PermissionError:
-        return result(126, b"", f"hostexec: permission denied: {argv[0]}\n".encode())
-    except OSError as error:
-        return result(126, b"", f"hostexec: cannot run {argv[0]}: {error}\n".encode())
+    except BaseException as error:
+        os.close(out_read)
+        os.close(err_read)
+        if isinstance(error, FileNotFoundError):
+            raise _SpawnError(127, f"command not found: {argv[0]}") from None
+        if isinstance(error, PermissionError):
+            raise _SpawnError(126, f"permission denied: {argv[0]}") from None
+        if isinstance(error, OSError | ValueError):
+            raise _SpawnError(126, f"cannot run {argv[0]}: {error}") from None
+        raise
+    finally:
+        os.close(out_write)
+        os.close(err_write)
+    return process, out_read, err_read
 
-    out, err = _Capture(cap), _Capture(cap)
+
+async def _supervise(
+    process: asyncio.subprocess.Process,
+    pipes: tuple[int, int],
+    captures: tuple[_Capture, _Capture],
+    timeout_seconds: float,
+) -> bool:
+    """Collect output until every pipe holder exits or the timeout; True if timed out."""
+    out, err = captures
+    (out_stream, out_transport), (err_stream, err_transport) = (
+        await _pipe_reader(pipes[0]),
+        await _pipe_reader(pipes[1]),
+    )
     timed_out = False
     try:
         async with asyncio.TaskGroup() as tasks:
             readers = {
-                tasks.create_task(out.drain(process.stdout)),
-                tasks.create_task(err.drain(process.stderr)),
+                tasks.create_task(out.drain(out_stream)),
+                tasks.create_task(err.drain(err_stream)),
             }
             try:
                 # Done when every holder of the pipes (the command and anything it left
@@ -127,6 +152,33 @@ async def run_command(
     except BaseException:
         _kill_group(process)
         raise
+    finally:
+        out_transport.close()
+        err_transport.close()
+    return timed_out
+
+
+async def run_command(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_seconds: float,
+    cap: int = OUTPUT_CAP,
+) -> ExecResult:
+    """Run *argv* in *cwd* with exactly *env*; never raises for the command's failures."""
+    started = time.monotonic()
+    out, err = _Capture(cap), _Capture(cap)
+    try:
+        process, out_read, err_read = await _spawn(argv, cwd, env)
+    except _SpawnError as refused:
+        return ExecResult(
+            exit_code=refused.exit_code,
+            stdout=b"",
+            stderr=f"hostexec: {refused.message}\n".encode(),
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+    timed_out = await _supervise(process, (out_read, err_read), (out, err), timeout_seconds)
     # Anything the command left behind in its group goes with it.
     _kill_group(process)
     returncode = await process.wait()
@@ -134,11 +186,12 @@ async def run_command(
     if timed_out:
         notice = f"\nhostexec: killed after {timeout_seconds:g}s (the command and its children)\n"
         stderr += notice.encode()
-    return result(
-        _exit_code(returncode),
-        bytes(out.kept),
-        stderr,
+    return ExecResult(
+        exit_code=_exit_code(returncode),
+        stdout=bytes(out.kept),
+        stderr=stderr,
         stdout_truncated=out.truncated,
         stderr_truncated=err.truncated,
         timed_out=timed_out,
+        duration_ms=round((time.monotonic() - started) * 1000, 3),
     )

@@ -1,0 +1,232 @@
+"""The hostexec gateway: tokens, argv checks, patterns, the hub, the executor, audit.
+
+The gateway runs under Starlette's TestClient; the executor daemon runs for real on a
+Unix socket in a background thread; manual approvals go to the real approval hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from starlette.testclient import TestClient
+
+from cloister_core.tokens import TokenRecord, write_token_file
+from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings, secret_path, socket_path
+from cloister_executor.gateway import GatewaySettings, create_app
+from tests.approval.conftest import CREDENTIAL, Background, LiveHub, wait_for
+
+CONFIG = """hostexec:
+  auto_approve:
+    - pattern: "^(echo|pwd|true|printf)( .*)?$"
+  manual_approve:
+    - pattern: "^git push( .*)?$"
+  timeout: 5s
+"""
+
+
+class DaemonThread:
+    """The executor daemon serving in its own thread and event loop."""
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.messages: list[str] = []
+        self.daemon = ExecutorDaemon(settings, self.messages.append)
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.daemon.serve(ready=self._ready.set)
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        assert self._loop is not None
+        assert self._task is not None
+        self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    config, data, project = tmp_path / "config", tmp_path / "data", tmp_path / "project"
+    config.mkdir()
+    project.mkdir()
+    (config / "config.yaml").write_text(CONFIG, encoding="utf-8")
+    record = TokenRecord.create(cloister="api", project="api", path=project)
+    write_token_file(config / "tokens", record)
+    daemon = DaemonThread(ExecutorSettings(config_dir=config, data_dir=data))
+    hub = LiveHub(tmp_path / "hub")
+    settings = GatewaySettings(
+        config_dir=config,
+        data_dir=data,
+        executor=f"unix:{socket_path(daemon.daemon._paths)}",
+        executor_secret_file=secret_path(daemon.daemon._paths),
+        approval_url=hub.url,
+        approval_credential=SecretStr(CREDENTIAL),
+        approval_timeout=timedelta(seconds=2),
+        audit_log=tmp_path / "audit.log",
+    )
+    with TestClient(create_app(settings)) as client:
+        yield {
+            "client": client,
+            "record": record,
+            "project": project,
+            "hub": hub,
+            "audit": tmp_path / "audit.log",
+            "daemon": daemon,
+            "settings": settings,
+        }
+    hub.stop()
+    daemon.stop()
+
+
+OWN_TOKEN = object()  # stands for the cloister's own token
+
+
+def post(world: dict[str, Any], body: object, token: str | object | None = OWN_TOKEN) -> Any:
+    if token is OWN_TOKEN:
+        token = world["record"].secret
+    headers = {} if token is None else {"X-Cloister-Token": str(token)}
+    response = world["client"].post("/request", json=body, headers=headers)
+    return response.status_code, response.json()
+
+
+def test_auto_approved_runs_in_the_cloister_directory(world: dict[str, Any]) -> None:
+    assert post(world, {"args": ["echo", "hi"]}) == (
+        200,
+        {
+            "status": "auto_approved",
+            "exit_code": 0,
+            "stdout": "hi\n",
+            "stderr": "",
+            "stdout_truncated": False,
+            "stderr_truncated": False,
+            "reason": None,
+        },
+    )
+    _status, body = post(world, {"args": ["pwd"]})
+    assert body["stdout"] == f"{world['project']}\n"
+
+
+def test_cmd_field_is_informational_only(world: dict[str, Any]) -> None:
+    status, body = post(world, {"cmd": "echo harmless", "args": ["rm", "-rf", "/"]})
+    assert (status, body["status"]) == (200, "denied")
+    assert "`rm -rf /` matches no auto_approve or manual_approve pattern" in body["reason"]
+
+
+def test_one_argument_is_one_argument(world: dict[str, Any], tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    _status, body = post(world, {"args": ["echo", f"a; touch {marker}"]})
+    assert body["stdout"] == f"a; touch {marker}\n"
+    assert not marker.exists()
+    _status, body = post(world, {"args": [f"true; touch {marker}"]})
+    assert body["status"] == "denied"
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("token", "status"),
+    [(None, 401), ("0" * 64, 401), ("", 401)],
+)
+def test_token_is_required(world: dict[str, Any], token: str | None, status: int) -> None:
+    code, body = post(world, {"args": ["true"]}, token=token)
+    assert code == status
+    assert body["status"] == "error"
+    assert "X-Cloister-Token" in body["reason"]
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"args": []}, "argv must not be empty"),
+        ({"args": ["echo", "a\x00b"]}, "NUL"),
+        ({"args": "echo hi"}, "invalid request"),
+        ({"args": ["echo", 3]}, "invalid request"),
+        ({"argv": ["echo"]}, "invalid request"),
+        ([], "invalid request"),
+    ],
+)
+def test_malformed_requests(world: dict[str, Any], body: object, problem: str) -> None:
+    code, answer = post(world, body)
+    assert code == 400
+    assert answer["status"] == "error"
+    assert problem in answer["reason"]
+
+
+def test_oversized_body_is_refused(world: dict[str, Any]) -> None:
+    code, answer = post(world, {"args": ["echo", "x" * 70_000]})
+    assert code == 413
+    assert "over 65536 bytes" in answer["reason"]
+
+
+def test_manual_approval_through_the_hub(world: dict[str, Any]) -> None:
+    hub: LiveHub = world["hub"]
+    with httpx.Client(base_url=hub.url) as human:
+        waiting = Background(lambda: post(world, {"args": ["git", "push", "origin", "main"]}))
+        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+        assert item["argv"] == ["git", "push", "origin", "main"]
+        assert item["cwd"] == str(world["project"])
+        assert item["command"] == "git push origin main"
+        human.post(f"/api/v1/commands/{item['id']}/decision", json={"action": "approve"})
+        code, body = waiting.join()
+        assert body["status"] == "approved"
+        assert body["exit_code"] != 0  # not a git repository; the point is that it ran
+        assert body["stderr"]
+
+        waiting = Background(lambda: post(world, {"args": ["git", "push", "--force"]}))
+        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+        human.post(
+            f"/api/v1/commands/{item['id']}/decision", json={"action": "deny", "reason": "not now"}
+        )
+        code, body = waiting.join()
+        assert (code, body["status"], body["reason"]) == (200, "denied", "not now")
+        assert body["exit_code"] is None
+
+    code, body = post(world, {"args": ["git", "push"]})  # nobody answers within 2 s
+    assert (body["status"], body["reason"]) == ("timeout", "nobody approved it in time")
+
+
+def test_executor_down_is_an_error(world: dict[str, Any]) -> None:
+    world["daemon"].stop()
+    _code, body = post(world, {"args": ["true"]})
+    assert body["status"] == "error"
+    assert "host executor unavailable" in body["reason"]
+
+
+def test_audit_lines(world: dict[str, Any]) -> None:
+    post(world, {"args": ["printf", "x"]})
+    post(world, {"args": ["rm", "x"]})
+    records = [json.loads(line) for line in world["audit"].read_text().splitlines()]
+    assert [r["event"] for r in records] == [
+        "hostexec.request",
+        "hostexec.decision",
+        "hostexec.complete",
+        "hostexec.request",
+        "hostexec.decision",
+    ]
+    assert records[1]["status"] == "auto_approved"
+    assert records[1]["pattern"] == "^(echo|pwd|true|printf)( .*)?$"
+    assert records[2]["exit_code"] == 0
+    assert records[2]["duration_ms"] > 0
+    assert records[4]["status"] == "denied"
+    assert world["record"].secret not in world["audit"].read_text()
+
+
+def test_health(world: dict[str, Any]) -> None:
+    assert world["client"].get("/healthz").json() == {"status": "ok"}
