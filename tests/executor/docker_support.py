@@ -58,7 +58,6 @@ HUB_ALIAS = "approval"
 REQUEST_PORT = 9998
 HUB_PORT = 9999
 INHIBIT_IPV4 = {"com.docker.network.bridge.inhibit_ipv4": "true"}
-HEALTHCHECK = ["python3", "/opt/cloister/healthcheck.py"]
 START_DEADLINE = 60.0  # seconds for a service to come up (a cold engine can be slow)
 DEFAULT_EXEC_LIMIT = 60  # seconds; hostexec runs under `timeout` so a hang cannot stall a run
 
@@ -169,7 +168,9 @@ def wait_healthy(container: Container, what: str, deadline_seconds: float = STAR
         if container.status != "running":
             raise StackError(f"{what} exited ({container.status}): {logs_of(container)}")
         with contextlib.suppress(docker.errors.APIError):  # it stopped in between
-            if run_in(container, HEALTHCHECK).exit_code == 0:
+            image = container.image
+            check = image.attrs["Config"]["Healthcheck"]["Test"][1:] if image else []
+            if check and run_in(container, check).exit_code == 0:
                 return
         if time.monotonic() > deadline:
             raise StackError(

@@ -51,7 +51,10 @@ def exec_ok(container: Container, *argv: str) -> str:
 def wait_healthy(container: Container, timeout: float = 30) -> None:
     """The image's own health check script, polled until it passes."""
     deadline = time.monotonic() + timeout
-    while container.exec_run(["python3", "/opt/cloister/healthcheck.py"]).exit_code != 0:
+    image = container.image
+    assert image is not None
+    check = image.attrs["Config"]["Healthcheck"]["Test"][1:]  # the image's own
+    while container.exec_run(check).exit_code != 0:
         container.reload()
         if container.status != "running":
             pytest.fail(f"proxy exited: {container.logs().decode()}")
@@ -121,7 +124,10 @@ def test_image_runs_as_non_root_with_a_health_check(
 ) -> None:
     config = docker_client.images.get(proxy_image).attrs["Config"]
     assert config["User"] == "10001:10001"
-    assert config["Healthcheck"]["Test"] == ["CMD", "python3", "/opt/cloister/healthcheck.py"]
+    assert config["Healthcheck"]["Test"] == [
+        *("CMD", "python3", "/opt/cloister/healthcheck.py"),
+        *("/healthz", "CLOISTER_PROXY_LISTEN", "3128"),
+    ]
     assert "3128/tcp" in config["ExposedPorts"]
 
 

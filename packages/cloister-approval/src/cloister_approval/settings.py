@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
+from cloister_core.fileio import read_secret
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
 
 
@@ -77,8 +78,5 @@ class ApprovalSettings(BaseSettings):
         return frozenset(f"http://{host}" for host in self.public_hosts)
 
     def credential(self) -> str | None:
-        if self.service_credential is not None:
-            return self.service_credential.get_secret_value()
-        if self.service_credential_file is not None:
-            return self.service_credential_file.read_text(encoding="utf-8").strip()
-        return None
+        """The service credential, from the value or the file."""
+        return read_secret(self.service_credential, self.service_credential_file)

@@ -47,14 +47,14 @@ PROXY_IMAGE = ImageSpec(
     tag="cloister-proxy:latest",
     dockerfile="images/proxy/Dockerfile",
     package="cloister-proxy",
-    files=(("services/proxy/healthcheck.py", "healthcheck.py"),),
+    files=(("services/healthcheck.py", "healthcheck.py"),),
 )
 
 GATEWAY_IMAGE = ImageSpec(
     tag="cloister-gateway:latest",
     dockerfile="images/gateway/Dockerfile",
     package="cloister-executor",
-    files=(("services/gateway/healthcheck.py", "healthcheck.py"),),
+    files=(("services/healthcheck.py", "healthcheck.py"),),
 )
 
 SLIM_AGENT_IMAGE = ImageSpec(
@@ -68,7 +68,7 @@ APPROVAL_IMAGE = ImageSpec(
     tag="cloister-approval:latest",
     dockerfile="images/approval/Dockerfile",
     package="cloister-approval",
-    files=(("services/approval/healthcheck.py", "healthcheck.py"),),
+    files=(("services/healthcheck.py", "healthcheck.py"),),
 )
 
 

@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from pydantic import SecretStr
+
 
 def _fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -79,3 +81,13 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def read_secret(value: SecretStr | None, file: Path | None) -> str | None:
+    """A secret given directly or in a file (preferred: it stays out of ``ps`` and
+    ``docker inspect``); None when neither is set. Surrounding whitespace is dropped."""
+    if value is not None:
+        return value.get_secret_value()
+    if file is not None:
+        return file.read_text(encoding="utf-8").strip()
+    return None

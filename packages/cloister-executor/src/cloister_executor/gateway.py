@@ -39,6 +39,7 @@ from cloister_core.audit import AuditLog
 from cloister_core.commands import CommandVerdict
 from cloister_core.config.models import Duration
 from cloister_core.errors import InvalidCommandError
+from cloister_core.fileio import read_secret
 from cloister_core.hub import (
     SERVICE_AUTH_SCHEME,
     SERVICE_COMMANDS_PATH,
@@ -102,11 +103,8 @@ class GatewaySettings(BaseSettings):
         return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
 
     def credential(self) -> str | None:
-        if self.approval_credential is not None:
-            return self.approval_credential.get_secret_value()
-        if self.approval_credential_file is not None:
-            return self.approval_credential_file.read_text(encoding="utf-8").strip()
-        return None
+        """The service credential, from the value or the file."""
+        return read_secret(self.approval_credential, self.approval_credential_file)
 
 
 class HostexecIn(BaseModel):

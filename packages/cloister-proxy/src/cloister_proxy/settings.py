@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
+from cloister_core.fileio import read_secret
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
 
 
@@ -97,9 +98,5 @@ class ProxySettings(BaseSettings):
         return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
 
     def credential(self) -> str | None:
-        """The service credential for the hub, from the value or the file."""
-        if self.approval_credential is not None:
-            return self.approval_credential.get_secret_value()
-        if self.approval_credential_file is not None:
-            return self.approval_credential_file.read_text(encoding="utf-8").strip()
-        return None
+        """The service credential, from the value or the file."""
+        return read_secret(self.approval_credential, self.approval_credential_file)
