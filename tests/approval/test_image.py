@@ -12,7 +12,8 @@ import docker
 import httpx
 import pytest
 
-from cloister_cli.images import APPROVAL_IMAGE, assemble_context, build_image, find_workspace
+from cloister_cli.images import APPROVAL_IMAGE, assemble_context, build_image
+from cloister_cli.workspace import find_workspace
 
 pytestmark = pytest.mark.docker
 TAG = "cloister-approval:test"

@@ -154,7 +154,11 @@ def test_broken_yaml_names_file_and_line(
     ("text", "location", "message"),
     [
         ("proxy:\n  alow: []\n", ":2:3:", "unknown key 'alow' in proxy; did you mean 'allow'?"),
-        ("color: blue\n", ":1:1:", "unknown key 'color' (expected one of: proxy, hostexec)"),
+        (
+            "color: blue\n",
+            ":1:1:",
+            "unknown key 'color' (expected one of: proxy, hostexec, defaults, guardian)",
+        ),
         (
             "proxy:\n  allow:\n    - domain: a.com\n    - domian: b.com\n",
             ":4:7:",

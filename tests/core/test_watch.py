@@ -58,3 +58,15 @@ def test_policy_book_keeps_last_good(tmp_path: Path) -> None:
     assert fresh is not None
     assert fresh.domains.decide("b.test", 443).action == "allow"
     assert book.error("p") is None
+
+
+def test_lookup_checks_the_file_still_exists(tmp_path: Path) -> None:
+    messages: list[str] = []
+    tokens = TokenDirectory(tmp_path / "tokens", messages.append)
+    record = TokenRecord.create(cloister="a", project="a", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", record)
+    tokens.refresh()
+    assert tokens.lookup(record.secret) == record
+    remove_token_file(tmp_path / "tokens", "a")
+    assert tokens.lookup(record.secret) is None  # before any refresh
+    assert tokens.lookup("0" * 64) is None

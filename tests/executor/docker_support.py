@@ -49,8 +49,8 @@ from cloister_cli.images import (
     ImageSpec,
     assemble_context,
     build_image,
-    find_workspace,
 )
+from cloister_cli.workspace import find_workspace
 from cloister_core.tokens import TokenRecord, write_token_file
 
 GUARDIAN_ALIAS = "cloister-guardian"

@@ -292,3 +292,15 @@ def test_ipv6_forms_of_loopback_are_refused(harness: ProxyHarness, target: str) 
     harness.start()
     status, headers, _ = refusal(harness, target, record.secret)
     assert (status, headers["x-cloister-reason"]) == (403, "private-address")
+
+
+def test_a_removed_token_file_stops_working_at_once(
+    harness: ProxyHarness, echo_server: ThreadedServer
+) -> None:
+    harness.write_config(local_config(echo_server.port))
+    record = harness.add_token("gone")
+    harness.start(reload_interval=3600)  # no poll will notice: the per-request check must
+    target = f"127.0.0.1:{echo_server.port}"
+    assert status_of(harness, target, record.secret)[0] == 200
+    harness.remove_token("gone")
+    assert status_of(harness, target, record.secret)[0] == 407

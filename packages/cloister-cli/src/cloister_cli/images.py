@@ -72,14 +72,6 @@ APPROVAL_IMAGE = ImageSpec(
 )
 
 
-def find_workspace(start: Path) -> Path:
-    """The source tree (the directory holding ``uv.lock``) at or above *start*."""
-    for directory in (start, *start.parents):
-        if (directory / "uv.lock").is_file() and (directory / "images").is_dir():
-            return directory
-    raise ImageBuildError(f"no Cloister source tree (uv.lock + images/) at or above {start}")
-
-
 def _run(argv: list[str], cwd: Path, what: str) -> None:
     uv = shutil.which(argv[0])
     if uv is None:

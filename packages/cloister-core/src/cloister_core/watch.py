@@ -111,6 +111,21 @@ class TokenDirectory:
         self._signature: tuple[tuple[str, Signature], ...] | None = None
         self.registry = TokenRegistry()
 
+    def lookup(self, token: str) -> TokenRecord | None:
+        """The record of *token*, if its file still exists.
+
+        One ``stat`` per request makes revocation immediate: the moment ``cloister stop``
+        has deleted the file, the token stops working, without waiting for a poll.
+        """
+        record = self.registry.lookup(token)
+        if record is None:
+            return None
+        try:
+            (self._dir / record.cloister).stat()
+        except OSError:
+            return None
+        return record
+
     def refresh(self, *, force: bool = False) -> list[TokenRecord]:
         """Re-read the directory if it changed; returns the tokens that went away."""
         signature = directory_signature(self._dir)

@@ -206,7 +206,7 @@ class Gateway:
 
     def authenticate(self, token: str | None) -> TokenRecord | None:
         self._refresh()
-        return self._tokens.registry.lookup(token) if token else None
+        return self._tokens.lookup(token) if token else None
 
     async def handle(self, record: TokenRecord, request: HostexecIn) -> HostexecOut:
         policy = self._policies.get(record.project)

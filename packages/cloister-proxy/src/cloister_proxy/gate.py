@@ -12,14 +12,14 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from cloister_core.errors import InvalidHostError
 from cloister_core.hosts import Host, normalize_host
 from cloister_core.hub import DomainDecision
 from cloister_core.policy import ProjectPolicy
 from cloister_core.rules import DomainRule, Policy, Verdict
-from cloister_core.tokens import TokenRecord, TokenRegistry
+from cloister_core.tokens import TokenRecord
 from cloister_proxy.addresses import AddressCheck
 from cloister_proxy.http1 import HttpError, ProxyTarget, RequestHead, render_response
 
@@ -94,7 +94,11 @@ def token_from_proxy_authorization(value: str | None) -> str | None:
     return password if sep else None
 
 
-def authenticate(head: RequestHead, registry: TokenRegistry) -> TokenRecord | None:
+class TokenLookup(Protocol):
+    def lookup(self, token: str) -> TokenRecord | None: ...
+
+
+def authenticate(head: RequestHead, registry: TokenLookup) -> TokenRecord | None:
     """The cloister behind this request, or None (answer :data:`AUTH_REQUIRED`)."""
     try:
         header = head.headers.get("proxy-authorization")

@@ -14,7 +14,7 @@ from cloister_core.config.models import ProxyRules, RuleEntry
 from cloister_core.paths import CloisterPaths
 from cloister_core.policy import ProjectPolicy
 from cloister_core.rules import Policy, RuleAction, RuleSource, build_policy
-from cloister_core.tokens import TokenRecord, TokenRegistry
+from cloister_core.tokens import TokenRecord
 from cloister_core.watch import PolicyBook, TokenDirectory
 from cloister_proxy.addresses import AddressGuard, IPAddress
 
@@ -80,8 +80,8 @@ class ProxyState:
         return guard
 
     @property
-    def tokens(self) -> TokenRegistry:
-        return self._tokens.registry
+    def tokens(self) -> TokenDirectory:
+        return self._tokens
 
     def refresh(self, *, force: bool = False) -> list[TokenRecord]:
         """One reload pass; returns revoked tokens (their tunnels should close)."""

