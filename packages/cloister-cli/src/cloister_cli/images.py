@@ -57,6 +57,13 @@ GATEWAY_IMAGE = ImageSpec(
     files=(("services/healthcheck.py", "healthcheck.py"),),
 )
 
+AGENT_IMAGE = ImageSpec(
+    tag="cloister:latest",
+    dockerfile="images/cloister/Dockerfile",
+    package=None,
+    files=(("images/hostexec/hostexec", "hostexec"),),
+)
+
 SLIM_AGENT_IMAGE = ImageSpec(
     tag="cloister-slim:latest",
     dockerfile="images/cloister-slim/Dockerfile",
@@ -144,3 +151,6 @@ def build_image(
                 on_line(text.rstrip())
     except docker.errors.APIError as error:
         raise ImageBuildError(f"building {tag}: {error}") from None
+
+
+AGENT_IMAGES = {spec.tag: spec for spec in (AGENT_IMAGE, SLIM_AGENT_IMAGE)}

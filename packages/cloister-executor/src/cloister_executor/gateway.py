@@ -369,6 +369,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with httpx.AsyncClient() as hub:
             app.state.gateway = Gateway(settings, executor, hub, audit)
+            # The CLI waits for this line before it calls the stack ready.
+            Gateway._report(f"listening on {settings.host}:{settings.port}")
             try:
                 yield
             finally:

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cloister_cli.context import CliContext
+from cloister_cli.lifecycle import Context as CliContext
 from cloister_core import CloisterError, ConfigError, load_project_policy
 from cloister_core.config import ensure_default_config
 from cloister_core.names import validate_name

@@ -1,0 +1,331 @@
+"""Cloister containers: what one is made of, and starting, listing and stopping them.
+
+A cloister is container ``cloister-<name>`` on cloister-net only, running as the host
+user so files in ``/work`` stay the user's, with every capability dropped,
+``no-new-privileges``, an init process, and the pids/memory/CPU limits of
+``defaults``. It can write its working tree and nothing else of the host:
+
+* ``/work`` is the project (or the worktree) read-write, except the repository's
+  ``.git/hooks`` and ``.git/config``, mounted read-only over it: an agent that could
+  write them would run code on the host the next time the human uses git (hooks,
+  ``core.fsmonitor``, ``core.hooksPath``);
+* for a worktree, the repository's git directory is also mounted at its own host path,
+  because that is what the worktree's ``.git`` file names (so ``git status`` and
+  ``git commit`` work inside), with the same two read-only overlays;
+* each project ref is read-only at ``/refs/<name>``;
+* never the docker socket nor a sensitive host path: a project or ref that is, holds
+  or sits inside one is refused.
+
+Its only identity is its token (``<config>/tokens/<cloister>``), created here and
+removed by :func:`stop`, after which the proxy and the gateway refuse it at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import Mount
+
+from cloister_cli import git
+from cloister_cli.guardian import CLOISTER_NET
+from cloister_cli.projects import Project
+from cloister_core.config.models import DefaultsConfig
+from cloister_core.errors import CloisterError
+from cloister_core.names import container_name
+from cloister_core.paths import CloisterPaths
+from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
+
+LABEL = "org.cloister.cloister"
+GUARDIAN_HOST = "cloister-guardian"
+PROXY_HOST = "cloister-proxy"
+PROXY_PORT = 3128
+REQUEST_PORT = 9998
+HOME = "/home/cloister"
+
+
+class CloisterStartError(CloisterError):
+    """A cloister cannot be started as asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """The host directory a cloister works in, and how git sees it."""
+
+    project: Project
+    directory: Path
+    branch: str | None = None  # set for a cloister-managed worktree
+
+    @property
+    def is_worktree(self) -> bool:
+        return self.branch is not None
+
+
+# -- sensitive paths -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Forbidden:
+    """Host paths a cloister must never see.
+
+    ``subtrees`` may not be mounted, nor anything inside them, nor anything holding
+    them; ``roots`` (``/`` and the home directory) may not be mounted whole, but
+    projects inside them are fine.
+    """
+
+    roots: tuple[Path, ...]
+    subtrees: tuple[Path, ...]
+
+    @classmethod
+    def for_host(cls, paths: CloisterPaths, home: Path) -> Forbidden:
+        subtrees = (
+            Path("/etc"), Path("/proc"), Path("/sys"), Path("/dev"), Path("/boot"),
+            Path("/var/run/docker.sock"), Path("/run/docker.sock"),
+            home / ".ssh", home / ".aws", home / ".gnupg", home / ".config", home / ".local",
+            home / ".docker", home / ".kube", home / ".netrc",
+            paths.config_dir, paths.data_dir / "run", paths.guardian_dir,
+        )  # fmt: skip
+        return cls(roots=(Path("/"), home), subtrees=subtrees)
+
+    def check(self, path: Path, what: str) -> None:
+        resolved = path.resolve()
+        subtrees = {bad.resolve() for bad in self.subtrees}
+        for bad in {bad.resolve() for bad in self.roots} | subtrees:
+            holds = resolved == bad or resolved in bad.parents
+            inside = bad in subtrees and bad in resolved.parents
+            if holds or inside:
+                raise CloisterStartError(
+                    f"refusing to mount {what} {str(path)!r}: it is, holds or sits inside"
+                    f" {str(bad)!r}, which a cloister must never see"
+                )
+
+
+# -- the container ---------------------------------------------------------------------
+
+
+def _bind(source: Path, target: Path | str, *, read_only: bool) -> Mount:
+    return Mount(target=str(target), source=str(source), type="bind", read_only=read_only)
+
+
+def git_mounts(workspace: Workspace) -> list[Mount]:
+    """The read-only overlays that keep git's code-running files out of reach."""
+    if not workspace.project.git:
+        return []
+    mounts: list[Mount] = []
+    if workspace.is_worktree:
+        common = git.common_dir(workspace.directory)
+        # What the worktree's .git file points to, at the same path, so git works inside.
+        mounts.append(_bind(common, common, read_only=False))
+        protected = [(common / "hooks", common / "hooks"), (common / "config", common / "config")]
+    else:
+        gitdir = git.git_dir(workspace.directory)
+        inside = Path("/work") / gitdir.relative_to(workspace.directory)
+        protected = [(gitdir / "hooks", inside / "hooks"), (gitdir / "config", inside / "config")]
+    for source, target in protected:
+        if source.name == "hooks":
+            source.mkdir(exist_ok=True)  # a missing directory could be created from inside
+        mounts.append(_bind(source, target, read_only=True))
+    return mounts
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPlan:
+    """Everything ``docker run`` gets for one cloister (pure data, easy to inspect)."""
+
+    name: str
+    container: str
+    image: str
+    user: str
+    environment: dict[str, str]
+    mounts: list[Mount]
+    labels: dict[str, str]
+    limits: DefaultsConfig
+    tmpfs: dict[str, str] = field(default_factory=dict)
+
+    def run_kwargs(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "command": ["sleep", "infinity"],
+            "name": self.container,
+            "hostname": self.name,
+            "detach": True,
+            "user": self.user,
+            "working_dir": "/work",
+            "environment": self.environment,
+            "mounts": self.mounts,
+            "tmpfs": self.tmpfs,
+            "labels": self.labels,
+            "network": CLOISTER_NET,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"],
+            "init": True,
+            "mem_limit": self.limits.memory,
+            "nano_cpus": int(self.limits.cpus * 1_000_000_000),
+            "pids_limit": self.limits.pids,
+        }
+
+
+def environment_for(record: TokenRecord) -> dict[str, str]:
+    """The variables a cloister gets: its token, the guardian, and the proxy."""
+    proxy = f"http://cloister:{record.secret}@{PROXY_HOST}:{PROXY_PORT}"
+    no_proxy = f"{GUARDIAN_HOST},{PROXY_HOST},localhost,127.0.0.1"
+    return {
+        "CLOISTER_TOKEN": record.secret,
+        "CLOISTER_CLOISTER": record.cloister,
+        "CLOISTER_PROJECT": record.project,
+        "CLOISTER_GUARDIAN_HOST": GUARDIAN_HOST,
+        "CLOISTER_REQUEST_PORT": str(REQUEST_PORT),
+        "HTTP_PROXY": proxy,
+        "HTTPS_PROXY": proxy,
+        "http_proxy": proxy,
+        "https_proxy": proxy,
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
+        "HOME": HOME,
+    }
+
+
+def plan(
+    workspace: Workspace,
+    name: str,
+    record: TokenRecord,
+    *,
+    image: str,
+    limits: DefaultsConfig,
+    refs: Iterable[Path],
+    forbidden: Forbidden,
+) -> ContainerPlan:
+    forbidden.check(workspace.directory, "the project")
+    mounts = [_bind(workspace.directory, "/work", read_only=False), *git_mounts(workspace)]
+    seen: set[str] = set()
+    for given in refs:
+        ref = given.expanduser()
+        if not ref.exists():
+            raise CloisterStartError(
+                f"ref {str(ref)!r} of project {workspace.project.name} does not exist"
+            )
+        forbidden.check(ref, "the ref")
+        target = ref.name if ref.name not in seen else f"{ref.name}-{len(seen)}"
+        seen.add(target)
+        mounts.append(_bind(ref, f"/refs/{target}", read_only=True))
+    uid, gid = os.getuid(), os.getgid()
+    return ContainerPlan(
+        name=name,
+        container=container_name(name),
+        image=image,
+        user=f"{uid}:{gid}",
+        environment=environment_for(record),
+        mounts=mounts,
+        labels={
+            LABEL: name,
+            "org.cloister.project": workspace.project.name,
+            "org.cloister.path": str(workspace.directory),
+            "org.cloister.branch": workspace.branch or "",
+        },
+        limits=limits,
+        # A home the user owns, whatever uid the image was built with.
+        tmpfs={HOME: f"uid={uid},gid={gid},mode=0700"},
+    )
+
+
+# -- lifecycle -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CloisterInfo:
+    name: str
+    project: str
+    branch: str | None
+    path: str
+    status: str
+    image: str
+    created: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "project": self.project,
+            "branch": self.branch,
+            "path": self.path,
+            "status": self.status,
+            "image": self.image,
+            "created": self.created,
+        }
+
+
+def _info(container: Container) -> CloisterInfo:
+    labels = container.labels
+    image = container.attrs.get("Config", {}).get("Image", "")
+    return CloisterInfo(
+        name=labels[LABEL],
+        project=labels.get("org.cloister.project", ""),
+        branch=labels.get("org.cloister.branch") or None,
+        path=labels.get("org.cloister.path", ""),
+        status=container.status,
+        image=str(image),
+        created=str(container.attrs.get("Created", ""))[:19],
+    )
+
+
+def list_cloisters(client: docker.DockerClient) -> list[CloisterInfo]:
+    containers = client.containers.list(all=True, filters={"label": LABEL})
+    return sorted((_info(container) for container in containers), key=lambda info: info.name)
+
+
+def find(client: docker.DockerClient, name: str) -> Container | None:
+    try:
+        container = client.containers.get(container_name(name))
+    except docker.errors.NotFound:
+        return None
+    return container if LABEL in container.labels else None
+
+
+def create(
+    client: docker.DockerClient,
+    paths: CloisterPaths,
+    container_plan: ContainerPlan,
+    record: TokenRecord,
+) -> Container:
+    """Write the token, then run the container; no token is left behind on failure."""
+    write_token_file(paths.tokens_dir, record)
+    try:
+        container: Container = client.containers.run(**container_plan.run_kwargs())
+    except (docker.errors.APIError, docker.errors.ImageNotFound) as error:
+        remove_token_file(paths.tokens_dir, record.cloister)
+        raise CloisterStartError(f"cannot start {container_plan.container}: {error}") from None
+    return container
+
+
+def new_token(workspace: Workspace, name: str) -> TokenRecord:
+    return TokenRecord.create(
+        cloister=name,
+        project=workspace.project.name,
+        branch=workspace.branch,
+        path=workspace.directory,
+    )
+
+
+def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> bool:
+    """Remove the container and its token; False if there was neither."""
+    container = find(client, name)
+    removed = False
+    if container is not None:
+        container.remove(force=True)
+        removed = True
+    return remove_token_file(paths.tokens_dir, name) or removed
+
+
+def age(created: str) -> str:
+    try:
+        started = datetime.fromisoformat(created).replace(tzinfo=UTC)
+    except ValueError:
+        return created
+    minutes = int((datetime.now(UTC) - started).total_seconds() // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"

@@ -1,0 +1,153 @@
+"""``cloister start | list | path | stop``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from cloister_cli import cloisters, lifecycle
+from cloister_cli.commands.output import build_progress, console, print_json, warn
+from cloister_cli.lifecycle import Context
+
+
+@click.command()
+@click.option("-p", "--project", "project_name", help="Project name (default: the directory's).")
+@click.option("-b", "--branch", help="Work on BRANCH in its own git worktree.")
+@click.option("-d", "--detach", is_flag=True, help="Start it, but do not attach a shell.")
+@click.option("--agent", help="Attach to this command instead of a shell (e.g. claude).")
+@click.option("--image", help="Agent image (default: defaults.image in config.yaml).")
+@click.option(
+    "--allow-no-git", is_flag=True, help="Allow a directory that is not a git repository."
+)
+@click.pass_obj
+def start(
+    context: Context,
+    project_name: str | None,
+    branch: str | None,
+    detach: bool,
+    agent: str | None,
+    image: str | None,
+    allow_no_git: bool,
+) -> None:
+    """Start (or enter) the cloister for this directory, then attach a shell.
+
+    The guardian stack is started first if it is down. Entering a running
+    cloister again just attaches; it keeps its token.
+
+    \b
+    Examples:
+      cloister start
+      cloister start -d --image cloister-slim:latest
+      cloister start -b feature/login     # worktree + cloister my-api-feature-login
+      cloister start -p work-my-api       # when another project is called my-api
+    """
+    with build_progress() as progress:
+        outcome = lifecycle.start(
+            context,
+            Path.cwd(),
+            project_name=project_name,
+            branch=branch,
+            image=image,
+            allow_no_git=allow_no_git,
+            progress=progress,
+        )
+    for message in outcome.warnings:
+        warn(message)
+    verb = "started" if outcome.created else "already running"
+    console(stderr=True).print(
+        f"cloister [bold]{outcome.name}[/] {verb} ({outcome.container}); "
+        f"approvals: {context.guardian.ui_url}"
+    )
+    if detach:
+        return
+    command = agent or context.config.defaults.agent or context.config.defaults.shell
+    docker_cli = shutil.which("docker")
+    if docker_cli is None:
+        raise click.ClickException("the docker command is not installed")
+    result = subprocess.run([docker_cli, "exec", "-it", outcome.container, command], check=False)
+    console(stderr=True).print(
+        f"left cloister {outcome.name} (still running; `cloister stop {outcome.name}` ends it)"
+    )
+    raise SystemExit(result.returncode)
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def list_command(context: Context, as_json: bool) -> None:
+    """List the cloisters on this machine.
+
+    \b
+    Examples:
+      cloister list
+      cloister list --json | jq -r '.[].name'
+    """
+    found = cloisters.list_cloisters(context.docker)
+    if as_json:
+        print_json([info.to_json() for info in found])
+        return
+    if not found:
+        click.echo("no cloisters (`cloister start` in a repository makes one)")
+        return
+    table = Table("name", "project", "branch", "status", "age", "path")
+    for info in found:
+        table.add_row(
+            info.name,
+            info.project,
+            info.branch or "-",
+            info.status,
+            cloisters.age(info.created),
+            info.path,
+        )
+    console().print(table)
+
+
+@click.command("path")
+@click.argument("name")
+@click.pass_obj
+def path_command(context: Context, name: str) -> None:
+    """Print the host directory a cloister works in.
+
+    \b
+    Examples:
+      cloister path my-api
+      cd "$(cloister path my-api-feature-login)"
+    """
+    container = cloisters.find(context.docker, name)
+    if container is None:
+        raise click.ClickException(f"no cloister {name!r} (`cloister list`)")
+    click.echo(container.labels["org.cloister.path"])
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--all", "stop_all", is_flag=True, help="Stop every cloister.")
+@click.pass_obj
+def stop(context: Context, name: str | None, stop_all: bool) -> None:
+    """Stop a cloister: remove its container and revoke its token at once.
+
+    Without NAME, the cloister of the current directory. The worktree (if any)
+    stays; `cloister worktree remove` deletes it.
+
+    \b
+    Examples:
+      cloister stop
+      cloister stop my-api-feature-login
+      cloister stop --all
+    """
+    if stop_all and name:
+        raise click.UsageError("give a NAME or --all, not both")
+    names = (
+        [info.name for info in cloisters.list_cloisters(context.docker)]
+        if stop_all
+        else [name or lifecycle.name_for_directory(context, Path.cwd())]
+    )
+    for each in names:
+        if lifecycle.stop(context, each):
+            click.echo(f"stopped {each}")
+        else:
+            raise click.ClickException(f"no cloister {each!r} (`cloister list`)")

@@ -1,0 +1,110 @@
+"""``cloister guardian start | stop | status | open | logs``."""
+
+from __future__ import annotations
+
+import webbrowser
+
+import click
+from rich.table import Table
+
+from cloister_cli import lifecycle
+from cloister_cli.commands.output import build_progress, console, print_json
+from cloister_cli.lifecycle import Context
+
+
+@click.group()
+def guardian() -> None:
+    """The guardian stack: proxy, approval hub, hostexec gateway and host executor.
+
+    \b
+    Examples:
+      cloister guardian start
+      cloister guardian status --json
+    """
+
+
+@guardian.command("start")
+@click.option("--build", is_flag=True, help="Rebuild the service images first.")
+@click.pass_obj
+def guardian_start(context: Context, build: bool) -> None:
+    """Start the stack (building missing images); does nothing if it runs.
+
+    \b
+    Examples:
+      cloister guardian start
+      cloister guardian start --build    # after changing Cloister's source
+    """
+    with build_progress() as progress:
+        started = lifecycle.ensure_guardian(context, progress, rebuild=build)
+    status = context.guardian.status()
+    verb = "started" if started else "already running"
+    console().print(f"guardian {verb}; approvals at {status.ui}")
+
+
+@guardian.command("stop")
+@click.pass_obj
+def guardian_stop(context: Context) -> None:
+    """Stop the stack and the host executor; running cloisters keep their tokens.
+
+    \b
+    Examples:
+      cloister guardian stop
+    """
+    context.guardian.stop()
+    click.echo("guardian stopped")
+
+
+@guardian.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def guardian_status(context: Context, as_json: bool) -> None:
+    """Show the services, their health, the executor, tokens and the UI address.
+
+    \b
+    Examples:
+      cloister guardian status
+      cloister guardian status --json | jq .running
+    """
+    status = context.guardian.status()
+    if as_json:
+        print_json(status.to_json())
+        return
+    table = Table("service", "state", "health")
+    for service in status.services:
+        table.add_row(service.name, service.state, service.health)
+    table.add_row(
+        "executor", f"pid {status.executor_pid}" if status.executor_pid else "stopped", "-"
+    )
+    out = console()
+    out.print(table)
+    state = "running" if status.running else "not running"
+    out.print(f"{state}; {status.tokens} token(s); UI {status.ui}")
+
+
+@guardian.command("open")
+@click.pass_obj
+def guardian_open(context: Context) -> None:
+    """Open the approval UI in a browser (and print its address).
+
+    \b
+    Examples:
+      cloister guardian open
+    """
+    url = context.guardian.ui_url
+    click.echo(url)
+    webbrowser.open(url)
+
+
+@guardian.command("logs")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("--tail", type=int, help="Only the last N lines of each service.")
+@click.pass_obj
+def guardian_logs(context: Context, follow: bool, tail: int | None) -> None:
+    """Show the services' logs (audit lines are JSON).
+
+    \b
+    Examples:
+      cloister guardian logs --tail 50
+      cloister guardian logs -f
+    """
+    context.guardian.logs(follow=follow, tail=tail)

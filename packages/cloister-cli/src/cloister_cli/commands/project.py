@@ -1,0 +1,105 @@
+"""``cloister project list | show | remove``."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from cloister_cli import cloisters, projects
+from cloister_cli.commands.output import console, print_json
+from cloister_cli.lifecycle import Context
+from cloister_core.names import validate_name
+from cloister_core.policy import load_project_policy
+
+
+@click.group()
+def project() -> None:
+    """Projects: a repository, its name, its own rules and refs.
+
+    \b
+    Examples:
+      cloister project list
+      cloister project show my-api
+    """
+
+
+@project.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def project_list(context: Context, as_json: bool) -> None:
+    """List the known projects and their directories.
+
+    \b
+    Examples:
+      cloister project list
+      cloister project list --json
+    """
+    found = projects.list_projects(context.paths)
+    if as_json:
+        print_json(
+            [
+                {"name": p.name, "root": p.root, "remote": p.remote, "refs": list(p.refs)}
+                for p in found
+            ]
+        )
+        return
+    table = Table("name", "root", "remote", "refs")
+    for item in found:
+        table.add_row(item.name, item.root or "-", item.remote or "-", ", ".join(item.refs) or "-")
+    console().print(table)
+
+
+@project.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def project_show(context: Context, name: str, as_json: bool) -> None:
+    """Show a project's directory, refs and merged domain rules (with their files).
+
+    \b
+    Examples:
+      cloister project show my-api
+    """
+    validate_name(name, what="project name")
+    policy = load_project_policy(context.paths, name)
+    rules = [
+        {"action": r.action, "rule": r.text, "scope": r.source.scope, "file": str(r.source.file)}
+        for r in policy.domains.rules()
+    ]
+    document = {
+        "name": name,
+        "root": policy.project_config.root,
+        "remote": policy.project_config.remote,
+        "refs": list(policy.project_config.refs),
+        "config_file": str(context.paths.project_config(name)),
+        "rules": rules,
+    }
+    if as_json:
+        print_json(document)
+        return
+    out = console()
+    config = policy.project_config
+    out.print(f"[bold]{name}[/]  {config.root or '(no directory recorded)'}")
+    out.print(f"refs: {', '.join(config.refs) or '-'}; file: {context.paths.project_config(name)}")
+    table = Table("action", "rule", "scope", "file")
+    for rule in rules:
+        table.add_row(rule["action"], rule["rule"], rule["scope"], rule["file"])
+    out.print(table)
+
+
+@project.command("remove")
+@click.argument("name")
+@click.pass_obj
+def project_remove(context: Context, name: str) -> None:
+    """Forget a project: delete its config and decision files (not its repository).
+
+    \b
+    Examples:
+      cloister project remove old-experiment
+    """
+    validate_name(name, what="project name")
+    running = [c.name for c in cloisters.list_cloisters(context.docker) if c.project == name]
+    if running:
+        raise click.ClickException(f"stop its cloisters first: {', '.join(running)}")
+    for path in projects.remove(context.paths, name):
+        click.echo(f"deleted {path}")

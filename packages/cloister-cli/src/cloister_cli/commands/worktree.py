@@ -1,0 +1,98 @@
+"""``cloister worktree list | remove``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from cloister_cli import cloisters, git, projects
+from cloister_cli.commands.output import console, print_json
+from cloister_cli.lifecycle import Context
+from cloister_core.config import load_project_config
+from cloister_core.names import sanitize_branch, validate_name
+
+
+@click.group()
+def worktree() -> None:
+    """Worktrees that `cloister start -b BRANCH` made under <data>/worktrees.
+
+    \b
+    Examples:
+      cloister worktree list
+      cloister worktree remove my-api feature/login
+    """
+
+
+@worktree.command("list")
+@click.argument("project_name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def worktree_list(context: Context, project_name: str | None, as_json: bool) -> None:
+    """List Cloister's worktrees (of one project, or all), dirty or clean.
+
+    \b
+    Examples:
+      cloister worktree list
+      cloister worktree list my-api --json
+    """
+    names = (
+        [project_name] if project_name else [p.name for p in projects.list_projects(context.paths)]
+    )
+    rows = []
+    for name in names:
+        base = context.paths.worktrees_dir / validate_name(name, what="project name")
+        for directory in sorted(base.iterdir()) if base.is_dir() else ():
+            if (directory / ".git").exists():
+                rows.append(
+                    {
+                        "project": name,
+                        "branch": git.current_branch(directory),
+                        "path": str(directory),
+                        "dirty": git.is_dirty(directory),
+                    }
+                )
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("project", "branch", "dirty", "path")
+    for row in rows:
+        table.add_row(
+            str(row["project"]),
+            str(row["branch"]),
+            "yes" if row["dirty"] else "no",
+            str(row["path"]),
+        )
+    console().print(table)
+
+
+@worktree.command("remove")
+@click.argument("project_name")
+@click.argument("branch")
+@click.option("-f", "--force", is_flag=True, help="Remove even with uncommitted changes.")
+@click.pass_obj
+def worktree_remove(context: Context, project_name: str, branch: str, force: bool) -> None:
+    """Remove a worktree (refused if it has uncommitted changes, unless -f).
+
+    The branch itself stays in the repository.
+
+    \b
+    Examples:
+      cloister worktree remove my-api feature/login
+      cloister worktree remove my-api feature/login -f
+    """
+    directory = context.paths.worktree(project_name, sanitize_branch(branch))
+    if not directory.is_dir():
+        raise click.ClickException(f"no worktree {directory}")
+    running = [c.name for c in cloisters.list_cloisters(context.docker) if c.path == str(directory)]
+    if running:
+        raise click.ClickException(f"stop its cloister first: cloister stop {running[0]}")
+    if git.is_dirty(directory) and not force:
+        raise click.ClickException(
+            f"{directory} has uncommitted changes; commit them, or remove anyway with -f"
+        )
+    root = load_project_config(context.paths, project_name).root
+    repository = git.common_dir(directory).parent if root is None else root
+    git.remove_worktree(Path(str(repository)), directory, force=force)
+    click.echo(f"removed {directory}")

@@ -1,0 +1,228 @@
+"""What the commands do, as library calls: start, stop, find, and the shared context.
+
+The click commands in :mod:`cloister_cli.commands` parse options and print; everything
+else happens here, so it can be used (and tested) without a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from cloister_cli import cloisters, git, projects
+from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
+from cloister_cli.guardian import Guardian
+from cloister_cli.hub_client import HubClient, HubError
+from cloister_cli.images import AGENT_IMAGES, assemble_context, build_image
+from cloister_cli.workspace import SourceTreeError, source_tree
+from cloister_core.config import load_global_config, load_project_config
+from cloister_core.config.models import GlobalConfig
+from cloister_core.errors import CloisterError
+from cloister_core.names import cloister_name, sanitize_branch
+from cloister_core.paths import CloisterPaths
+
+Progress = Callable[[str, str], None]  # (what, line)
+
+
+class DockerUnavailableError(CloisterError):
+    """No Docker engine answers."""
+
+
+@dataclass
+class Context:
+    """Paths, config and clients, made once per command and only when needed."""
+
+    paths: CloisterPaths
+    home: Path = field(default_factory=Path.home)
+
+    @functools.cached_property
+    def config(self) -> GlobalConfig:
+        return load_global_config(self.paths)
+
+    @functools.cached_property
+    def docker(self) -> docker.DockerClient:
+        try:
+            client = docker.from_env()
+            client.ping()
+        except docker.errors.DockerException as error:
+            raise DockerUnavailableError(
+                f"no Docker engine is reachable ({error}); start Docker and try again"
+            ) from None
+        return client
+
+    @functools.cached_property
+    def source(self) -> Path | None:
+        try:
+            return source_tree()
+        except SourceTreeError:
+            return None
+
+    @functools.cached_property
+    def guardian(self) -> Guardian:
+        return Guardian(self.paths, self.config, self.docker, self.source)
+
+    @functools.cached_property
+    def hub(self) -> HubClient:
+        return HubClient(self.config.guardian.ui_port)
+
+    def require_source(self) -> Path:
+        return source_tree()
+
+
+# -- images ----------------------------------------------------------------------------
+
+
+def ensure_guardian(context: Context, progress: Progress, *, rebuild: bool = False) -> bool:
+    """Build missing service images and bring the stack up; True if it had to start."""
+    guardian = context.guardian
+    missing = guardian.tags.specs() if rebuild else guardian.missing_images()
+    if missing:
+        context.require_source()
+        with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
+            guardian.build_images(missing, progress, Path(scratch))
+    if guardian.is_running() and not missing:
+        return False
+    guardian.start()
+    return True
+
+
+def ensure_agent_image(context: Context, image: str, progress: Progress) -> None:
+    """Build one of Cloister's agent images when missing; others must exist already."""
+    try:
+        context.docker.images.get(image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    spec = AGENT_IMAGES.get(image)
+    if spec is None:
+        raise CloisterStartError(
+            f"image {image!r} is not on this machine; `docker pull {image}` or build it first"
+        )
+    source = context.require_source()
+    architecture = context.docker.info()["Architecture"]
+    with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
+        progress(image, "assembling the build context")
+        build_context = assemble_context(source, spec, Path(scratch) / "agent", architecture)
+        build_image(
+            context.docker, build_context, image, on_line=lambda line: progress(image, line)
+        )
+
+
+# -- start -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartOutcome:
+    name: str
+    container: str
+    workspace: Workspace
+    created: bool
+    warnings: tuple[str, ...]
+
+
+def workspace_for(
+    context: Context,
+    directory: Path,
+    *,
+    project_name: str | None,
+    branch: str | None,
+    allow_no_git: bool,
+) -> tuple[Workspace, str]:
+    """The workspace and cloister name for *directory* (creating a worktree for -b)."""
+    project = projects.identify(directory, project_name, allow_no_git=allow_no_git)
+    if branch is None:
+        return Workspace(project, project.root), cloister_name(project.name)
+    if not project.git:
+        raise CloisterStartError("-b BRANCH needs a git repository")
+    destination = context.paths.worktree(project.name, sanitize_branch(branch))
+    if not destination.exists():
+        git.add_worktree(project.root, destination, branch)
+    return Workspace(project, destination, branch), cloister_name(project.name, branch)
+
+
+def start(
+    context: Context,
+    directory: Path,
+    *,
+    project_name: str | None = None,
+    branch: str | None = None,
+    image: str | None = None,
+    allow_no_git: bool = False,
+    progress: Progress = lambda what, line: None,
+) -> StartOutcome:
+    """Start (or find running) the cloister for *directory*."""
+    warnings: list[str] = []
+    workspace, name = workspace_for(
+        context, directory, project_name=project_name, branch=branch, allow_no_git=allow_no_git
+    )
+    if not workspace.project.git:
+        warnings.append(
+            f"{workspace.directory} is not a git repository: nothing can undo what the agent"
+            " changes there"
+        )
+    projects.register(context.paths, workspace.project)
+    existing = cloisters.find(context.docker, name)
+    if existing is not None:
+        if existing.labels.get("org.cloister.path") != str(workspace.directory):
+            raise CloisterStartError(
+                f"cloister {name!r} already runs for {existing.labels.get('org.cloister.path')};"
+                " choose another project name with -p NAME"
+            )
+        if existing.status == "running" and context.paths.token_file(name).exists():
+            return StartOutcome(name, existing.name or "", workspace, False, tuple(warnings))
+        cloisters.stop(context.docker, context.paths, name)  # a dead one: start afresh
+    ensure_guardian(context, progress)
+    chosen_image = image or context.config.defaults.image
+    ensure_agent_image(context, chosen_image, progress)
+    project_config = load_project_config(context.paths, workspace.project.name)
+    record = cloisters.new_token(workspace, name)
+    plan = cloisters.plan(
+        workspace,
+        name,
+        record,
+        image=chosen_image,
+        limits=context.config.defaults,
+        refs=[Path(ref) for ref in project_config.refs],
+        forbidden=Forbidden.for_host(context.paths, context.home),
+    )
+    container = cloisters.create(context.docker, context.paths, plan, record)
+    try:
+        context.hub.register(record)
+    except HubError as error:
+        warnings.append(f"the approval UI will not list this cloister: {error}")
+    return StartOutcome(name, container.name or plan.container, workspace, True, tuple(warnings))
+
+
+# -- finding and stopping ------------------------------------------------------------------
+
+
+def name_for_directory(context: Context, directory: Path) -> str:
+    """The running cloister whose working tree contains *directory*."""
+    resolved = directory.resolve()
+    best: tuple[int, str] | None = None
+    for info in cloisters.list_cloisters(context.docker):
+        path = Path(info.path)
+        if resolved == path or path in resolved.parents:
+            depth = len(path.parts)
+            if best is None or depth > best[0]:
+                best = (depth, info.name)
+    if best is None:
+        raise CloisterError(f"no cloister works in {directory}; name one (`cloister list`)")
+    return best[1]
+
+
+def stop(context: Context, name: str) -> bool:
+    """Remove the cloister and revoke its token everywhere; False if there was none."""
+    stopped = cloisters.stop(context.docker, context.paths, name)
+    # The hub may be down or never have known it: the token file is gone either way.
+    with contextlib.suppress(HubError):
+        context.hub.revoke(name)
+    context.guardian.reload_proxy()  # closes its open tunnels now
+    return stopped
