@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from cloister_core.errors import TokenError
 from cloister_core.paths import CloisterPaths
-from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
+from cloister_core.tokens import TokenRecord, TokenRegistry, remove_token_file, write_token_file
 from cloister_core.watch import PolicyBook, TokenDirectory, directory_signature, file_signature
 
 
@@ -70,3 +73,46 @@ def test_lookup_checks_the_file_still_exists(tmp_path: Path) -> None:
     remove_token_file(tmp_path / "tokens", "a")
     assert tokens.lookup(record.secret) is None  # before any refresh
     assert tokens.lookup("0" * 64) is None
+
+
+def test_a_new_token_works_before_any_refresh(tmp_path: Path) -> None:
+    """`cloister start` writes the file and the agent's first request follows at once."""
+    tokens = TokenDirectory(tmp_path / "tokens", print)
+    tokens.refresh()
+    record = TokenRecord.create(cloister="a", project="a", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", record)
+    assert tokens.lookup(record.secret) == record
+
+
+def test_an_unknown_token_rereads_only_a_changed_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = TokenRecord.create(cloister="a", project="a", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", record)
+    tokens = TokenDirectory(tmp_path / "tokens", print)
+    tokens.refresh()
+    loads: list[Path] = []
+    real_load = TokenRegistry.load
+
+    def counting_load(directory: Path) -> tuple[TokenRegistry, list[TokenError]]:
+        loads.append(directory)
+        return real_load(directory)
+
+    monkeypatch.setattr(TokenRegistry, "load", staticmethod(counting_load))
+    for _ in range(100):
+        assert tokens.lookup("0" * 64) is None
+    assert loads == []
+
+
+def test_tokens_a_lookup_found_gone_are_still_reported_by_refresh(tmp_path: Path) -> None:
+    """The proxy closes a revoked token's tunnels from what refresh() returns."""
+    first = TokenRecord.create(cloister="a", project="a", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", first)
+    tokens = TokenDirectory(tmp_path / "tokens", print)
+    tokens.refresh()
+    remove_token_file(tmp_path / "tokens", "a")
+    second = TokenRecord.create(cloister="b", project="b", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", second)
+    assert tokens.lookup(second.secret) == second  # re-reads: "a" is gone now
+    assert tokens.refresh() == [first]
+    assert tokens.refresh() == []

@@ -25,8 +25,9 @@ from pydantic import TypeAdapter
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
 from cloister_executor.client import ExecutorClient
-from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings, secret_path
+from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings
 from cloister_executor.environment import DEFAULT_PATH
+from cloister_executor.locations import secret_path
 from cloister_executor.protocol import ExecRefusal, ExecResult
 
 TIMEOUT = 10.0

@@ -27,13 +27,8 @@ from pathlib import Path
 import pytest
 
 from cloister_executor import daemon as daemon_module
-from cloister_executor.daemon import (
-    ExecutorDaemon,
-    ExecutorSettings,
-    ensure_secret,
-    run_dir,
-    socket_path,
-)
+from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings, ensure_secret
+from cloister_executor.locations import run_dir, socket_path
 from cloister_executor.protocol import MAX_REQUEST_BYTES, ExecResult, ExecutorState
 from tests.executor.conftest import (
     HOST_PATH,

@@ -21,8 +21,9 @@ from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from cloister_core.tokens import TokenRecord, write_token_file
-from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings, secret_path, socket_path
+from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings
 from cloister_executor.gateway import GatewaySettings, create_app
+from cloister_executor.locations import secret_path, socket_path
 from tests.approval.conftest import CREDENTIAL, Background, LiveHub, wait_for
 
 CONFIG = """hostexec:

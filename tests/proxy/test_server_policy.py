@@ -112,27 +112,44 @@ def test_token_file_takes_effect_and_revocation_closes_tunnels(
     assert any("revoked" in message for message in harness.messages)
 
 
-def test_reload_now_picks_up_a_token_at_once(
+def test_a_new_token_works_at_once_without_a_reload(
     harness: ProxyHarness, echo_server: ThreadedServer
 ) -> None:
+    """`cloister start` writes the file and the agent's first request follows at once."""
     harness.write_config(local_config(echo_server.port))
-    harness.start(reload_interval=3600)  # only an explicit reload (SIGHUP) can see it
+    harness.start(reload_interval=3600)  # no poll will come to the rescue
     record = harness.add_token()
+    assert status_of(harness, f"127.0.0.1:{echo_server.port}", record.secret)[0] == 200
+
+
+def test_reload_now_closes_the_tunnels_of_a_revoked_token(
+    harness: ProxyHarness, echo_server: ThreadedServer
+) -> None:
+    """What `cloister stop` sends SIGHUP for: new requests are refused the moment the
+    file is gone, and the reload ends what the token had already opened."""
+    harness.write_config(local_config(echo_server.port))
+    harness.start(reload_interval=3600)
     target = f"127.0.0.1:{echo_server.port}"
-    assert status_of(harness, target, record.secret)[0] == 407
-    harness.reload()
-    wait_until(lambda: status_of(harness, target, record.secret)[0] == 200, timeout=1.0)
+    record = harness.add_token("late")
+    sock, response = open_tunnel(harness, target, record.secret)
+    assert response.status == 200
+    with sock:
+        harness.remove_token("late")
+        assert status_of(harness, target, record.secret)[0] == 407  # no waiting
+        harness.reload()
+        assert is_closed(sock, timeout=1.0)
 
 
 def test_sighup_reloads_a_running_proxy_process(
     tmp_path: Path, echo_server: ThreadedServer
 ) -> None:
     harness = ProxyHarness(tmp_path)
-    harness.write_config(local_config(echo_server.port))
+    harness.write_config(local_config(1))  # the echo server's port is not allowed yet
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "CLOISTER_PROXY_RELOAD_INTERVAL": "1h"}
+    record = harness.add_token()
     process = subprocess.Popen(
         [
             sys.executable,
@@ -151,9 +168,9 @@ def test_sighup_reloads_a_running_proxy_process(
         assert process.stderr is not None
         assert "listening on" in process.stderr.readline()
         harness.address = ("127.0.0.1", port)
-        record = harness.add_token()
         target = f"127.0.0.1:{echo_server.port}"
-        assert status_of(harness, target, record.secret)[0] == 407
+        assert status_of(harness, target, record.secret)[0] == 403  # not allowed yet
+        harness.write_config(local_config(echo_server.port))
         process.send_signal(signal.SIGHUP)
         wait_until(lambda: status_of(harness, target, record.secret)[0] == 200, timeout=2.0)
     finally:

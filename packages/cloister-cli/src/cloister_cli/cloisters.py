@@ -5,13 +5,10 @@ user so files in ``/work`` stay the user's, with every capability dropped,
 ``no-new-privileges``, an init process, and the pids/memory/CPU limits of
 ``defaults``. It can write its working tree and nothing else of the host:
 
-* ``/work`` is the project (or the worktree) read-write, except the repository's
-  ``.git/hooks`` and ``.git/config``, mounted read-only over it: an agent that could
-  write them would run code on the host the next time the human uses git (hooks,
-  ``core.fsmonitor``, ``core.hooksPath``);
-* for a worktree, the repository's git directory is also mounted at its own host path,
-  because that is what the worktree's ``.git`` file names (so ``git status`` and
-  ``git commit`` work inside), with the same two read-only overlays;
+* ``/work`` is the project (or the worktree) read-write; its git directory is a mount
+  of its own (so it cannot be renamed away and replaced), and every file through which
+  git would run code on the host the next time the human uses it is mounted read-only
+  over it (:func:`git_mounts`);
 * each project ref is read-only at ``/refs/<name>``;
 * never the docker socket nor a sensitive host path: a project or ref that is, holds
   or sits inside one is refused.
@@ -22,12 +19,13 @@ removed by :func:`stop`, after which the proxy and the gateway refuse it at once
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, NamedTuple
 
 import docker
 import docker.errors
@@ -39,11 +37,13 @@ from cloister_cli.guardian import CLOISTER_NET
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.errors import CloisterError
+from cloister_core.fileio import atomic_write
 from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
 
 LABEL = "org.cloister.cloister"
+GIT_LABEL = "org.cloister.git-common-dir"
 GUARDIAN_HOST = "cloister-guardian"
 PROXY_HOST = "cloister-proxy"
 PROXY_PORT = 3128
@@ -68,6 +68,10 @@ class Workspace:
         return self.branch is not None
 
 
+def _bind(source: Path, target: PurePosixPath | Path | str, *, read_only: bool) -> Mount:
+    return Mount(target=str(target), source=str(source), type="bind", read_only=read_only)
+
+
 # -- sensitive paths -----------------------------------------------------------------
 
 
@@ -77,11 +81,14 @@ class Forbidden:
 
     ``subtrees`` may not be mounted, nor anything inside them, nor anything holding
     them; ``roots`` (``/`` and the home directory) may not be mounted whole, but
-    projects inside them are fine.
+    projects inside them are fine. Inside an ``exceptions`` directory (the worktrees
+    Cloister makes under ``<data>``, which by default is under ``~/.local``) mounting is
+    fine again.
     """
 
     roots: tuple[Path, ...]
     subtrees: tuple[Path, ...]
+    exceptions: tuple[Path, ...] = ()
 
     @classmethod
     def for_host(cls, paths: CloisterPaths, home: Path) -> Forbidden:
@@ -90,16 +97,19 @@ class Forbidden:
             Path("/var/run/docker.sock"), Path("/run/docker.sock"),
             home / ".ssh", home / ".aws", home / ".gnupg", home / ".config", home / ".local",
             home / ".docker", home / ".kube", home / ".netrc",
-            paths.config_dir, paths.data_dir / "run", paths.guardian_dir,
+            paths.config_dir, paths.data_dir,
         )  # fmt: skip
-        return cls(roots=(Path("/"), home), subtrees=subtrees)
+        return cls(
+            roots=(Path("/"), home), subtrees=subtrees, exceptions=(paths.data_dir / "worktrees",)
+        )
 
     def check(self, path: Path, what: str) -> None:
         resolved = path.resolve()
         subtrees = {bad.resolve() for bad in self.subtrees}
-        for bad in {bad.resolve() for bad in self.roots} | subtrees:
+        excepted = any(ok.resolve() in resolved.parents for ok in self.exceptions)
+        for bad in sorted({bad.resolve() for bad in self.roots} | subtrees):
             holds = resolved == bad or resolved in bad.parents
-            inside = bad in subtrees and bad in resolved.parents
+            inside = bad in subtrees and bad in resolved.parents and not excepted
             if holds or inside:
                 raise CloisterStartError(
                     f"refusing to mount {what} {str(path)!r}: it is, holds or sits inside"
@@ -107,32 +117,110 @@ class Forbidden:
                 )
 
 
-# -- the container ---------------------------------------------------------------------
+# -- git -------------------------------------------------------------------------------
+
+# A main git directory never holds ``commondir``; git would read the repository (config,
+# hooks) from wherever one pointed. "." names the directory itself: git reads it as if
+# there were none, and the read-only mount keeps the agent from writing another.
+COMMONDIR_PIN = ".\n"
 
 
-def _bind(source: Path, target: Path | str, *, read_only: bool) -> Mount:
-    return Mount(target=str(target), source=str(source), type="bind", read_only=read_only)
+class UnusualRepositoryError(CloisterStartError):
+    """A git layout whose code-running files Cloister cannot keep out of reach."""
 
 
-def git_mounts(workspace: Workspace) -> list[Mount]:
-    """The read-only overlays that keep git's code-running files out of reach."""
+def _pin_commondir(common: Path) -> Path:
+    pin = common / "commondir"
+    try:
+        text = pin.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        atomic_write(pin, COMMONDIR_PIN, mode=0o644)
+        return pin
+    if text != COMMONDIR_PIN:
+        raise UnusualRepositoryError(
+            f"{str(pin)!r} exists ({text.strip()!r}): this repository's configuration lives"
+            " elsewhere, and Cloister cannot keep it read-only"
+        )
+    return pin
+
+
+def unpin_commondir(common: Path) -> None:
+    """Remove the pin :func:`git_mounts` made (when no cloister uses the repository)."""
+    pin = common / "commondir"
+    with contextlib.suppress(OSError):
+        if pin.read_text(encoding="utf-8") == COMMONDIR_PIN:
+            pin.unlink()
+
+
+def _protected(common: Path, gitdir: Path, *, worktree_config: bool) -> list[Path]:
+    """What git reads code to run from (or config that names it): read-only, all of it.
+
+    ``hooks`` and ``config`` (``core.hooksPath``, ``core.fsmonitor``, aliases, filters);
+    ``commondir``, which redirects the whole repository; ``worktrees`` and ``modules``,
+    the git directories of the other worktrees and of submodules, each with its own
+    config and pointers; ``config.worktree`` when ``extensions.worktreeConfig`` is on.
+    """
+    hooks = common / "hooks"
+    hooks.mkdir(exist_ok=True)  # a missing directory could be created from inside
+    found = [hooks, common / "config", _pin_commondir(common)]
+    found += [common / name for name in ("worktrees", "modules") if (common / name).is_dir()]
+    for directory in dict.fromkeys((common, gitdir)):
+        per_worktree = directory / "config.worktree"
+        if worktree_config and not per_worktree.exists():
+            per_worktree.touch(mode=0o644)  # else the agent could create it
+        if per_worktree.exists():
+            found.append(per_worktree)
+    if gitdir != common:  # a linked worktree's own pointers
+        found += [gitdir / name for name in ("commondir", "gitdir") if (gitdir / name).exists()]
+    return found
+
+
+class GitMounts(NamedTuple):
+    mounts: list[Mount]
+    common_dir: Path | None
+
+
+def git_mounts(workspace: Workspace) -> GitMounts:
+    """The working tree's git directories, with git's code-running files read-only.
+
+    An agent that could write them would run code on the host the next time the human
+    uses git. A main checkout's ``.git`` is mounted at ``/work/.git`` (a mount point
+    cannot be renamed, so it cannot be swapped for the agent's own); a linked
+    worktree's ``.git`` file is mounted read-only, and the repository's git directory
+    at its own host path, because that is what the file names (so git works inside).
+    """
     if not workspace.project.git:
-        return []
-    mounts: list[Mount] = []
-    if workspace.is_worktree:
-        common = git.common_dir(workspace.directory)
-        # What the worktree's .git file points to, at the same path, so git works inside.
-        mounts.append(_bind(common, common, read_only=False))
-        protected = [(common / "hooks", common / "hooks"), (common / "config", common / "config")]
-    else:
-        gitdir = git.git_dir(workspace.directory)
-        inside = Path("/work") / gitdir.relative_to(workspace.directory)
-        protected = [(gitdir / "hooks", inside / "hooks"), (gitdir / "config", inside / "config")]
-    for source, target in protected:
-        if source.name == "hooks":
-            source.mkdir(exist_ok=True)  # a missing directory could be created from inside
-        mounts.append(_bind(source, target, read_only=True))
-    return mounts
+        return GitMounts([], None)
+    directory = workspace.directory
+    where = git.layout(directory)
+    gitdir, common = where.git_dir, where.common_dir
+    dot_git = directory / ".git"
+    if dot_git.is_dir() and gitdir != common:
+        raise UnusualRepositoryError(
+            f"{str(gitdir / 'commondir')!r} exists: this repository's configuration lives"
+            f" in {str(common)!r}, and Cloister cannot keep it read-only"
+        )
+    protected = _protected(common, gitdir, worktree_config=git.worktree_config(directory))
+    if dot_git.is_dir() and gitdir == common:
+        inside = PurePosixPath("/work/.git")
+        return GitMounts(
+            [
+                _bind(common, inside, read_only=False),
+                *(_bind(path, inside / path.relative_to(common), read_only=True)
+                  for path in protected),
+            ],
+            common,
+        )  # fmt: skip
+    if not dot_git.is_file():
+        raise UnusualRepositoryError(f"{str(dot_git)!r} is neither a directory nor a file")
+    mounts = [_bind(dot_git, "/work/.git", read_only=True), _bind(common, common, read_only=False)]
+    if gitdir != common:  # its HEAD and index, under the read-only worktrees/
+        mounts.append(_bind(gitdir, gitdir, read_only=False))
+    mounts += [_bind(path, path, read_only=True) for path in protected]
+    return GitMounts(mounts, common)
+
+
+# -- the container ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +280,30 @@ def environment_for(record: TokenRecord) -> dict[str, str]:
     }
 
 
+def ref_mounts(workspace: Workspace, refs: Iterable[Path], forbidden: Forbidden) -> list[Mount]:
+    """Each ref read-only at ``/refs/<its name>`` (``<name>-2``, ``-3``… when taken).
+
+    A relative ref is relative to the project's root.
+    """
+    mounts = []
+    taken: set[str] = set()
+    for given in refs:
+        ref = workspace.project.root / given.expanduser()
+        if not ref.exists():
+            raise CloisterStartError(
+                f"ref {str(ref)!r} of project {workspace.project.name} does not exist"
+            )
+        forbidden.check(ref, "the ref")
+        target = ref.name
+        suffix = 1
+        while target in taken:
+            suffix += 1
+            target = f"{ref.name}-{suffix}"
+        taken.add(target)
+        mounts.append(_bind(ref, f"/refs/{target}", read_only=True))
+    return mounts
+
+
 def plan(
     workspace: Workspace,
     name: str,
@@ -203,18 +315,11 @@ def plan(
     forbidden: Forbidden,
 ) -> ContainerPlan:
     forbidden.check(workspace.directory, "the project")
-    mounts = [_bind(workspace.directory, "/work", read_only=False), *git_mounts(workspace)]
-    seen: set[str] = set()
-    for given in refs:
-        ref = given.expanduser()
-        if not ref.exists():
-            raise CloisterStartError(
-                f"ref {str(ref)!r} of project {workspace.project.name} does not exist"
-            )
-        forbidden.check(ref, "the ref")
-        target = ref.name if ref.name not in seen else f"{ref.name}-{len(seen)}"
-        seen.add(target)
-        mounts.append(_bind(ref, f"/refs/{target}", read_only=True))
+    git_parts = git_mounts(workspace)
+    for mount in git_parts.mounts:
+        forbidden.check(Path(mount["Source"]), "the git directory")
+    mounts = [_bind(workspace.directory, "/work", read_only=False), *git_parts.mounts]
+    mounts += ref_mounts(workspace, refs, forbidden)
     uid, gid = os.getuid(), os.getgid()
     return ContainerPlan(
         name=name,
@@ -228,6 +333,7 @@ def plan(
             "org.cloister.project": workspace.project.name,
             "org.cloister.path": str(workspace.directory),
             "org.cloister.branch": workspace.branch or "",
+            GIT_LABEL: str(git_parts.common_dir or ""),
         },
         limits=limits,
         # A home the user owns, whatever uid the image was built with.
@@ -313,12 +419,20 @@ def new_token(workspace: Workspace, name: str) -> TokenRecord:
 
 
 def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> bool:
-    """Remove the container and its token; False if there was neither."""
+    """Remove the container and its token; False if there was neither.
+
+    The repository's ``commondir`` pin goes when no other cloister uses it.
+    """
     container = find(client, name)
     removed = False
     if container is not None:
+        common = container.labels.get(GIT_LABEL)
         container.remove(force=True)
         removed = True
+        if common:
+            others = client.containers.list(all=True, filters={"label": f"{GIT_LABEL}={common}"})
+            if not others:
+                unpin_commondir(Path(common))
     return remove_token_file(paths.tokens_dir, name) or removed
 
 

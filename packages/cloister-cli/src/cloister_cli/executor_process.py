@@ -7,7 +7,6 @@ its command line, so a stale pid that now belongs to something else is never kil
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
-from cloister_executor.daemon import socket_path
+from cloister_executor.locations import socket_path
 from cloister_executor.protocol import ExecutorState
 
 START_TIMEOUT = 15.0
@@ -58,24 +57,26 @@ def start(paths: CloisterPaths, *, tcp: str | None = None) -> ExecutorState:
         return state
     paths.logs_dir.mkdir(parents=True, exist_ok=True)
     argv = [
-        sys.executable, "-m", "cloister_executor.main", "serve",
+        sys.executable, "-m", "cloister_executor.main", "serve", "--background",
         "--config-dir", str(paths.config_dir), "--data-dir", str(paths.data_dir),
         *(["--tcp", tcp] if tcp else []),
     ]  # fmt: skip
+    # --background: the daemon is not our child, so nothing here has to reap it later.
     with (paths.logs_dir / "executor.log").open("ab") as log:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        launched = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, check=False
         )
+    pid = int(launched.stdout) if launched.stdout.strip().isdigit() else None
     deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
+    while pid is not None and time.monotonic() < deadline:
         state = running(paths)
-        if state is not None and state.pid == process.pid:
+        if state is not None and state.pid == pid:
             return state
-        if process.poll() is not None:
+        if not _is_ours(pid):
             break
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
+    if pid is not None and _is_ours(pid):
+        os.kill(pid, signal.SIGKILL)
     raise ExecutorError(f"the host executor did not start; see {paths.logs_dir / 'executor.log'}")
 
 

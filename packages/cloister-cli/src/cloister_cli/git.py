@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from cloister_core.errors import CloisterError
@@ -44,6 +45,32 @@ def common_dir(worktree: Path) -> Path:
     """The repository's shared git directory (the main checkout's ``.git``)."""
     path = Path(_git(worktree, "rev-parse", "--git-common-dir").stdout.strip())
     return path if path.is_absolute() else (worktree / path).resolve()
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where git keeps a working tree's repository (one ``git`` call finds all three)."""
+
+    toplevel: Path
+    git_dir: Path  # this working tree's own (``.git``, or ``.git/worktrees/<name>``)
+    common_dir: Path  # the repository's shared one (the main checkout's ``.git``)
+
+
+def layout(worktree: Path) -> Layout:
+    result = _git(
+        worktree, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir"
+    )
+    top, gitdir, common = result.stdout.splitlines()[:3]
+    common_path = Path(common)
+    if not common_path.is_absolute():
+        common_path = (worktree / common_path).resolve()
+    return Layout(Path(top), Path(gitdir), common_path)
+
+
+def worktree_config(worktree: Path) -> bool:
+    """Whether ``extensions.worktreeConfig`` is on (git then reads ``config.worktree``)."""
+    result = _git(worktree, "config", "--bool", "--get", "extensions.worktreeConfig", check=False)
+    return result.stdout.strip() == "true"
 
 
 def remote_url(worktree: Path) -> str | None:

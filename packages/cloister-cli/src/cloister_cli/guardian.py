@@ -31,8 +31,7 @@ from typing import Any
 
 import docker
 import docker.errors
-import httpx
-import jinja2
+import requests
 
 from cloister_cli import executor_process
 from cloister_cli.images import (
@@ -42,12 +41,14 @@ from cloister_cli.images import (
     ImageSpec,
     assemble_context,
     build_image,
+    is_current,
+    source_fingerprint,
 )
 from cloister_core.config.models import GlobalConfig
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths
-from cloister_executor.daemon import run_dir
+from cloister_executor.locations import run_dir
 
 PROJECT = "cloister-guardian"
 CLOISTER_NET = "cloister-net"
@@ -61,6 +62,19 @@ INHIBIT_IPV4 = {"com.docker.network.bridge.inhibit_ipv4": "true"}
 
 class GuardianError(CloisterError):
     """The stack could not be started, stopped or inspected."""
+
+
+def is_guarded(attrs: dict[str, Any]) -> bool:
+    """cloister-net as DESIGN.md wants it: internal, inhibit_ipv4, no IPv6.
+
+    An IPv6 gateway would be a route to the host that inhibit_ipv4 does not close.
+    """
+    options = attrs.get("Options") or {}
+    return (
+        attrs.get("Internal") is True
+        and options.get("com.docker.network.bridge.inhibit_ipv4") == "true"
+        and not attrs.get("EnableIPv6")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +154,8 @@ class Guardian:
         """Write ``<data>/guardian/compose.yaml`` from the template in the source tree."""
         if self.source is None:
             raise GuardianError("no source tree to render the stack from")
+        import jinja2  # noqa: PLC0415 - only when the stack starts; see cloister_cli.main
+
         environment = jinja2.Environment(
             loader=jinja2.FileSystemLoader(self.source / "compose"),
             undefined=jinja2.StrictUndefined,
@@ -163,14 +179,15 @@ class Guardian:
 
     # -- images and networks -----------------------------------------------------------
 
-    def missing_images(self) -> list[tuple[ImageSpec, str]]:
-        missing = []
-        for spec, tag in self.tags.specs():
-            try:
-                self.client.images.get(tag)
-            except docker.errors.ImageNotFound:
-                missing.append((spec, tag))
-        return missing
+    def stale_images(self) -> list[tuple[ImageSpec, str]]:
+        """The service images that are missing, or were built from another source."""
+        return [
+            (spec, tag)
+            for spec, tag in self.tags.specs()
+            if not is_current(
+                self.client, tag, source_fingerprint(self.source, spec) if self.source else None
+            )
+        ]
 
     def build_images(
         self,
@@ -187,7 +204,13 @@ class Guardian:
             context = assemble_context(
                 self.source, spec, scratch / tag.replace(":", "-"), architecture
             )
-            build_image(self.client, context, tag, on_line=partial(on_line, tag))
+            build_image(
+                self.client,
+                context,
+                tag,
+                on_line=partial(on_line, tag),
+                fingerprint=source_fingerprint(self.source, spec),
+            )
 
     def ensure_networks(self) -> None:
         """Create the networks that are missing; refuse a cloister-net without its guard."""
@@ -208,15 +231,10 @@ class Guardian:
                     labels={"org.cloister.guardian": "true"},
                 )
                 continue
-            guarded = (
-                network.attrs.get("Internal")
-                and network.attrs.get("Options", {}).get("com.docker.network.bridge.inhibit_ipv4")
-                == "true"
-            )
-            if name == CLOISTER_NET and not guarded:
+            if name == CLOISTER_NET and not is_guarded(network.attrs):
                 raise GuardianError(
-                    f"network {name!r} exists but is not internal with inhibit_ipv4;"
-                    f" remove it (`docker network rm {name}`) and start again"
+                    f"network {name!r} exists but is not internal with inhibit_ipv4 and"
+                    f" without IPv6; remove it (`docker network rm {name}`) and start again"
                 )
 
     # -- compose ---------------------------------------------------------------------
@@ -264,10 +282,9 @@ class Guardian:
                     raise GuardianError(f"{name} exited: {container.logs(tail=20).decode()}")
             if not hub_ready:
                 try:
-                    hub_ready = (
-                        httpx.get(self.ui_url + "api/v1/health", timeout=1).status_code == 200
-                    )
-                except httpx.HTTPError:
+                    health = requests.get(self.ui_url + "api/v1/health", timeout=1)
+                    hub_ready = health.status_code == 200
+                except requests.RequestException:
                     hub_ready = False
             if hub_ready and not pending:
                 return

@@ -10,6 +10,7 @@ builder only.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -79,6 +80,46 @@ APPROVAL_IMAGE = ImageSpec(
 )
 
 
+SOURCE_LABEL = "org.cloister.source"
+
+
+def _package_dir(workspace: Path, package: str) -> Path:
+    return workspace / "packages" / package
+
+
+def source_fingerprint(workspace: Path, spec: ImageSpec) -> str:
+    """A digest of everything *spec*'s image is built from, kept as a label on it.
+
+    An image whose label differs was built from another version of this tree (or by an
+    older Cloister, without the label), so it is rebuilt instead of run stale.
+    """
+    inputs = [workspace / spec.dockerfile, *(workspace / source for source, _ in spec.files)]
+    if spec.package is not None:
+        inputs.append(workspace / "uv.lock")
+        for package in (*WORKSPACE_DEPENDENCIES, spec.package):
+            directory = _package_dir(workspace, package)
+            inputs.append(directory / "pyproject.toml")
+            inputs += sorted(
+                path
+                for path in (directory / "src").rglob("*")
+                if path.is_file() and "__pycache__" not in path.parts
+            )
+    digest = hashlib.sha256()
+    for path in inputs:
+        digest.update(str(path.relative_to(workspace)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def is_current(client: docker.DockerClient, tag: str, fingerprint: str | None) -> bool:
+    """Whether *tag* exists and (when the source is known) was built from it."""
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return fingerprint is None or (image.labels or {}).get(SOURCE_LABEL) == fingerprint
+
+
 def _run(argv: list[str], cwd: Path, what: str) -> None:
     uv = shutil.which(argv[0])
     if uv is None:
@@ -137,11 +178,14 @@ def build_image(
     context: Path,
     tag: str,
     on_line: Callable[[str], None] = lambda line: None,
+    *,
+    fingerprint: str | None = None,
 ) -> None:
     """``docker build`` of *context* as *tag*, streaming the builder's output lines."""
+    labels = {SOURCE_LABEL: fingerprint} if fingerprint else None
     try:
         stream: Iterator[dict[str, Any]] = client.api.build(
-            path=str(context), tag=tag, rm=True, forcerm=True, decode=True
+            path=str(context), tag=tag, rm=True, forcerm=True, decode=True, labels=labels
         )
         for chunk in stream:
             if "error" in chunk:

@@ -20,7 +20,13 @@ from cloister_cli import cloisters, git, projects
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
 from cloister_cli.guardian import Guardian
 from cloister_cli.hub_client import HubClient, HubError
-from cloister_cli.images import AGENT_IMAGES, assemble_context, build_image
+from cloister_cli.images import (
+    AGENT_IMAGES,
+    assemble_context,
+    build_image,
+    is_current,
+    source_fingerprint,
+)
 from cloister_cli.workspace import SourceTreeError, source_tree
 from cloister_core.config import load_global_config, load_project_config
 from cloister_core.config.models import GlobalConfig
@@ -80,27 +86,30 @@ class Context:
 
 
 def ensure_guardian(context: Context, progress: Progress, *, rebuild: bool = False) -> bool:
-    """Build missing service images and bring the stack up; True if it had to start."""
+    """Bring the stack up, building images that are missing or stale; True if it started.
+
+    A running stack is left alone (``rebuild`` restarts it with fresh images): this runs
+    on every ``cloister start``, and asking the engine about images costs time.
+    """
     guardian = context.guardian
-    missing = guardian.tags.specs() if rebuild else guardian.missing_images()
-    if missing:
+    if not rebuild and guardian.is_running():
+        return False
+    stale = guardian.tags.specs() if rebuild else guardian.stale_images()
+    if stale:
         context.require_source()
         with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
-            guardian.build_images(missing, progress, Path(scratch))
-    if guardian.is_running() and not missing:
-        return False
+            guardian.build_images(stale, progress, Path(scratch))
     guardian.start()
     return True
 
 
 def ensure_agent_image(context: Context, image: str, progress: Progress) -> None:
-    """Build one of Cloister's agent images when missing; others must exist already."""
-    try:
-        context.docker.images.get(image)
-        return
-    except docker.errors.ImageNotFound:
-        pass
+    """Build one of Cloister's agent images when missing or stale; others must exist."""
     spec = AGENT_IMAGES.get(image)
+    source = context.source
+    fingerprint = source_fingerprint(source, spec) if spec and source else None
+    if is_current(context.docker, image, fingerprint):
+        return
     if spec is None:
         raise CloisterStartError(
             f"image {image!r} is not on this machine; `docker pull {image}` or build it first"
@@ -111,7 +120,11 @@ def ensure_agent_image(context: Context, image: str, progress: Progress) -> None
         progress(image, "assembling the build context")
         build_context = assemble_context(source, spec, Path(scratch) / "agent", architecture)
         build_image(
-            context.docker, build_context, image, on_line=lambda line: progress(image, line)
+            context.docker,
+            build_context,
+            image,
+            on_line=lambda line: progress(image, line),
+            fingerprint=source_fingerprint(source, spec),
         )
 
 

@@ -1,25 +1,49 @@
-"""The ``cloister`` command group and its entry point."""
+"""The ``cloister`` command group and its entry point.
+
+Subcommands are imported when they run (click's lazy-group pattern): ``cloister start``
+loads the docker SDK and the config models, not the approvals table or the compose
+renderer, because its start-up time is felt on every session.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
-from cloister_cli.commands.approvals import approvals
-from cloister_cli.commands.cloister import list_command, path_command, start, stop
-from cloister_cli.commands.completion import completion
-from cloister_cli.commands.config import config
-from cloister_cli.commands.guardian import guardian
-from cloister_cli.commands.project import project
-from cloister_cli.commands.worktree import worktree
-from cloister_cli.lifecycle import Context
-from cloister_core import CloisterPaths
 from cloister_core.errors import CloisterError
+from cloister_core.paths import CloisterPaths
+
+# command name -> "module:attribute" under cloister_cli.commands
+COMMANDS = {
+    "start": "cloister:start",
+    "list": "cloister:list_command",
+    "path": "cloister:path_command",
+    "stop": "cloister:stop",
+    "guardian": "guardian:guardian",
+    "project": "project:project",
+    "worktree": "worktree:worktree",
+    "approvals": "approvals:approvals",
+    "config": "config:config",
+    "completion": "completion:completion",
+}
 
 
 class CloisterGroup(click.Group):
-    """Shows library errors as one clean line (exit status 1), not a traceback."""
+    """Loads subcommands lazily, and shows library errors as one clean line (status 1)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        module = importlib.import_module(f"cloister_cli.commands.{module_name}")
+        command: click.Command = getattr(module, attribute)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -44,12 +68,9 @@ def cli(ctx: click.Context) -> None:
       cloister list
       cloister guardian status
     """
+    from cloister_cli.lifecycle import Context  # noqa: PLC0415 - see the module docstring
+
     ctx.obj = Context(paths=CloisterPaths.from_env())
-
-
-for command in (start, list_command, path_command, stop, guardian, project, worktree,
-                approvals, config, completion):  # fmt: skip
-    cli.add_command(command)
 
 
 def main() -> None:

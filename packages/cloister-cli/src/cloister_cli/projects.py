@@ -60,15 +60,8 @@ def register(paths: CloisterPaths, project: Project) -> None:
     with locked(path):
         text = load_text(path)
         document = parse_yaml(text, path) if text else None
-        if document is None:
-            document = CommentedMap()
-            document.yaml_set_start_comment(
-                f"Cloister project {project.name}: rules and refs for this project only.\n"
-                "See config.yaml for the keys (proxy.allow/deny, hostexec patterns); refs:"
-                " read-only at /refs."
-            )
         load_project_config(paths, project.name)  # refuse to touch a broken file
-        existing = document.get("root")
+        existing = document.get("root") if document is not None else None
         if existing is not None:
             if Path(str(existing)).expanduser().resolve() != project.root:
                 raise ProjectError(
@@ -76,12 +69,26 @@ def register(paths: CloisterPaths, project: Project) -> None:
                     f" differently with -p NAME (e.g. -p {project.name}-2)"
                 )
             return
+        # A file of nothing but comments parses to None: keep its text, add the keys below.
+        prefix = "" if document is not None else text or _header(project.name)
+        if document is None:
+            document = CommentedMap()
         document["root"] = str(project.root)
         if project.remote:
             document["remote"] = project.remote
         buffer = io.StringIO()
         round_trip_yaml().dump(document, buffer)
-        atomic_write(path, buffer.getvalue(), mode=0o644)
+        if prefix and not prefix.endswith("\n"):
+            prefix += "\n"
+        atomic_write(path, prefix + buffer.getvalue(), mode=0o644)
+
+
+def _header(name: str) -> str:
+    return (
+        f"# Cloister project {name}: rules and refs for this project only.\n"
+        "# See config.yaml for the keys (proxy.allow/deny, hostexec patterns);"
+        " refs: read-only at /refs.\n"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +107,18 @@ def list_projects(paths: CloisterPaths) -> list[ProjectSummary]:
     return found
 
 
+def require(paths: CloisterPaths, name: str) -> None:
+    """Refuse a name no project has (no config file, no decisions)."""
+    if not any(p.exists() for p in (paths.project_config(name), paths.project_decisions(name))):
+        raise ProjectError(f"no project {name!r} (`cloister project list`)")
+
+
 def remove(paths: CloisterPaths, name: str) -> list[Path]:
     """Delete the project's config and decision files; returns what was deleted."""
+    require(paths, name)
     removed = []
     for path in (paths.project_config(name), paths.project_decisions(name)):
         if path.exists():
             path.unlink()
             removed.append(path)
-    if not removed:
-        raise ProjectError(f"no project {name!r}")
     return removed

@@ -109,17 +109,25 @@ class TokenDirectory:
         self._dir = tokens_dir
         self._report = report
         self._signature: tuple[tuple[str, Signature], ...] | None = None
+        self._directory_mtime: int | None = None
+        self._gone: list[TokenRecord] = []
         self.registry = TokenRegistry()
 
     def lookup(self, token: str) -> TokenRecord | None:
         """The record of *token*, if its file still exists.
 
         One ``stat`` per request makes revocation immediate: the moment ``cloister stop``
-        has deleted the file, the token stops working, without waiting for a poll.
+        has deleted the file, the token stops working, without waiting for a poll. An
+        unknown token costs one ``stat`` of the directory, and a re-read if it changed,
+        so a cloister's first request right after ``cloister start`` is not refused.
         """
         record = self.registry.lookup(token)
         if record is None:
-            return None
+            if self._directory_changed():
+                self._reload()
+                record = self.registry.lookup(token)
+            if record is None:
+                return None
         try:
             (self._dir / record.cloister).stat()
         except OSError:
@@ -127,14 +135,34 @@ class TokenDirectory:
         return record
 
     def refresh(self, *, force: bool = False) -> list[TokenRecord]:
-        """Re-read the directory if it changed; returns the tokens that went away."""
+        """Re-read the directory if it changed; returns the tokens that went away.
+
+        Those include tokens a :meth:`lookup` found gone since the last call, so a
+        caller that closes the connections of revoked tokens misses none.
+        """
         signature = directory_signature(self._dir)
-        if not force and signature == self._signature:
-            return []
+        if force or signature != self._signature:
+            self._reload(signature)
+        gone, self._gone = self._gone, []
+        return gone
+
+    def _directory_changed(self) -> bool:
+        try:
+            return self._dir.stat().st_mtime_ns != self._directory_mtime
+        except OSError:
+            return False
+
+    def _reload(self, signature: tuple[tuple[str, Signature], ...] | None = None) -> None:
+        # Both marks are taken before reading, so a file added meanwhile is seen next time.
+        try:
+            self._directory_mtime = self._dir.stat().st_mtime_ns
+        except OSError:
+            self._directory_mtime = None
+        if signature is None:
+            signature = directory_signature(self._dir)
         registry, errors = TokenRegistry.load(self._dir)
         for error in errors:
             self._report(f"ignoring token file: {error}")
-        gone = [record for record in self.registry if record.secret not in registry]
+        self._gone += [record for record in self.registry if record.secret not in registry]
         self.registry = registry
         self._signature = signature
-        return gone

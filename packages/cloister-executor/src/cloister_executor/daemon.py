@@ -24,6 +24,7 @@ import os
 import secrets
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -39,6 +40,7 @@ from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
 from cloister_core.watch import TokenDirectory, file_signature
 from cloister_executor.environment import command_environment
+from cloister_executor.locations import secret_path, socket_path
 from cloister_executor.protocol import (
     MAX_REQUEST_BYTES,
     MIN_SECRET_LENGTH,
@@ -78,23 +80,15 @@ class ExecutorSettings(BaseSettings):
     max_timeout: Duration = Field(
         default=timedelta(hours=1), description="no command runs longer, whatever is asked"
     )
+    background: bool = Field(
+        default=False,
+        description="start the daemon in its own session, print its pid and return at once"
+        " (it is then no child of the caller: nothing has to reap it)",
+    )
 
     @property
     def paths(self) -> CloisterPaths:
         return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
-
-
-def run_dir(paths: CloisterPaths) -> Path:
-    """``<data>/run``: the directory mounted into the gateway (socket and secret)."""
-    return paths.data_dir / "run"
-
-
-def socket_path(paths: CloisterPaths) -> Path:
-    return run_dir(paths) / "executor.sock"
-
-
-def secret_path(paths: CloisterPaths) -> Path:
-    return run_dir(paths) / "executor.secret"
 
 
 def ensure_secret(path: Path) -> str:
@@ -313,9 +307,26 @@ async def run(settings: ExecutorSettings) -> None:
         serving.cancel()
 
 
+def _start_in_background(argv: list[str]) -> int:
+    """Run ``serve`` again, without ``--background``, detached; print its pid."""
+    foreground = [arg for arg in argv if arg != "--background"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cloister_executor.main", "serve", *foreground],
+        stdin=subprocess.DEVNULL,
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+        start_new_session=True,
+    )
+    print(process.pid, flush=True)
+    process.returncode = 0  # it outlives us on purpose; this process exits now
+    return 0
+
+
 def main(argv: list[str]) -> int:
     settings = ExecutorSettings(_cli_parse_args=argv)
     if settings.tcp:
         _loopback_address(settings.tcp)  # refuse a non-loopback address before starting
+    if settings.background:
+        return _start_in_background(argv)
     asyncio.run(run(settings))
     return 0

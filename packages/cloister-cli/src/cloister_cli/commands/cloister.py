@@ -7,10 +7,9 @@ import subprocess
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from cloister_cli import cloisters, lifecycle
-from cloister_cli.commands.output import build_progress, console, print_json, warn
+from cloister_cli.commands.output import build_progress, console, note, print_json, warn
 from cloister_cli.lifecycle import Context
 
 
@@ -58,9 +57,9 @@ def start(
     for message in outcome.warnings:
         warn(message)
     verb = "started" if outcome.created else "already running"
-    console(stderr=True).print(
-        f"cloister [bold]{outcome.name}[/] {verb} ({outcome.container}); "
-        f"approvals: {context.guardian.ui_url}"
+    note(
+        f"cloister {click.style(outcome.name, bold=True)} {verb} ({outcome.container});"
+        f" approvals: {context.guardian.ui_url}"
     )
     if detach:
         return
@@ -69,9 +68,7 @@ def start(
     if docker_cli is None:
         raise click.ClickException("the docker command is not installed")
     result = subprocess.run([docker_cli, "exec", "-it", outcome.container, command], check=False)
-    console(stderr=True).print(
-        f"left cloister {outcome.name} (still running; `cloister stop {outcome.name}` ends it)"
-    )
+    note(f"left cloister {outcome.name} (still running; `cloister stop {outcome.name}` ends it)")
     raise SystemExit(result.returncode)
 
 
@@ -93,6 +90,8 @@ def list_command(context: Context, as_json: bool) -> None:
     if not found:
         click.echo("no cloisters (`cloister start` in a repository makes one)")
         return
+    from rich.table import Table  # noqa: PLC0415 - rich only when a table is drawn
+
     table = Table("name", "project", "branch", "status", "age", "path")
     for info in found:
         table.add_row(

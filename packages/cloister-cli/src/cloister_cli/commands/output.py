@@ -1,19 +1,27 @@
-"""Printing for people (rich) and for scripts (JSON), and the image build display."""
+"""Printing for people (rich) and for scripts (JSON), and the image build display.
+
+rich is imported only when something is drawn with it: ``cloister start`` with its
+images present prints two plain lines, and its start-up time is a product figure.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.status import Status
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
 
 
 def console(*, stderr: bool = False) -> Console:
+    from rich.console import Console  # noqa: PLC0415 - lazy, see the module docstring
+
     return Console(stderr=stderr, highlight=False)
 
 
@@ -22,15 +30,23 @@ def print_json(document: Any) -> None:
 
 
 def warn(message: str) -> None:
-    console(stderr=True).print(f"[bold yellow]warning:[/] {message}")
+    click.echo(click.style("warning:", fg="yellow", bold=True) + f" {message}", err=True)
+
+
+def note(message: str) -> None:
+    """One line for the person, on stderr (stdout stays for what scripts read)."""
+    click.echo(message, err=True)
 
 
 @contextlib.contextmanager
-def build_progress() -> Iterator[Any]:
-    """A callback ``(image, line)`` that shows image builds as they happen."""
-    out = console(stderr=True)
-    if not out.is_terminal:
-        current: list[str] = [""]
+def build_progress() -> Iterator[Callable[[str, str], None]]:
+    """A callback ``(image, line)`` that shows image builds as they happen.
+
+    On a terminal a rich status line (made on the first build line, so a start that
+    builds nothing never loads rich); otherwise one line per image and build step.
+    """
+    if not sys.stderr.isatty():
+        current = [""]
 
         def plain(what: str, line: str) -> None:
             if what != current[0]:
@@ -41,9 +57,14 @@ def build_progress() -> Iterator[Any]:
 
         yield plain
         return
-    with Status("starting…", console=out) as status:
+    with contextlib.ExitStack() as stack:
+        shown: list[Status] = []
 
         def live(what: str, line: str) -> None:
-            status.update(f"[bold]building {what}[/]  {line[:100]}")
+            if not shown:
+                from rich.status import Status  # noqa: PLC0415 - lazy, see above
+
+                shown.append(stack.enter_context(Status("", console=console(stderr=True))))
+            shown[0].update(f"[bold]building {what}[/]  {line[:100]}")
 
         yield live

@@ -61,6 +61,7 @@ def project_show(context: Context, name: str, as_json: bool) -> None:
       cloister project show my-api
     """
     validate_name(name, what="project name")
+    projects.require(context.paths, name)
     policy = load_project_policy(context.paths, name)
     rules = [
         {"action": r.action, "rule": r.text, "scope": r.source.scope, "file": str(r.source.file)}
@@ -98,6 +99,7 @@ def project_remove(context: Context, name: str) -> None:
       cloister project remove old-experiment
     """
     validate_name(name, what="project name")
+    projects.require(context.paths, name)
     running = [c.name for c in cloisters.list_cloisters(context.docker) if c.project == name]
     if running:
         raise click.ClickException(f"stop its cloisters first: {', '.join(running)}")

@@ -1,0 +1,659 @@
+"""Issue 6 acceptance: the ``cloister`` command against a real Docker engine.
+
+Everything is driven the way a person drives it: the installed ``cloister`` console
+script, run in a repository's directory, with its config and data directories in a
+temporary directory; what a cloister can and cannot do is tried from inside it with
+``docker exec``, and what it did is checked on the host (git, files, a TCP listener).
+
+The guardian stack is machine-wide (compose project ``cloister-guardian``, networks
+``cloister-net``/``cloister-egress``/``cloister-control``, the UI on 127.0.0.1:9999), so
+the module starts ONE with ``cloister guardian start`` and stops it at the end with
+``cloister guardian stop``; every cloister a test starts is stopped by that test (and
+any left over is removed at the end). Project names carry a random suffix, because
+container names are machine-wide too.
+
+Proxy probes ask for a CONNECT to a domain the config denies: ``403`` means the proxy
+accepted the token (and refused the destination), ``407`` that it refused the token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import docker
+import docker.errors
+import pytest
+
+from tests.ci.test_docker_network import KNOWN_LINE, HostListener, host_primary_ipv4
+from tests.cli.cli_support import (
+    BASE_IMAGE,
+    CONNECT_ACCEPTED,
+    CONNECT_REFUSED,
+    DENIED_HOST,
+    GUARDIAN_TIMEOUT,
+    SLIM_IMAGE,
+    CloisterCli,
+    Result,
+    connect_status,
+    environment,
+    exec_in,
+    exec_ok,
+    git,
+    inspect,
+    make_repo,
+    network_gateway,
+    remove_containers,
+    run_command,
+    squash,
+    unique,
+)
+
+if TYPE_CHECKING:
+    from tests.conftest import SkipOrFail
+
+pytestmark = pytest.mark.docker
+
+MEMORY_BYTES = 512 * 1024 * 1024
+NANO_CPUS = 1_500_000_000
+PIDS = 256
+CONFIG = f"""\
+# Written by tests/cli/test_acceptance.py
+defaults:
+  image: {SLIM_IMAGE}
+  memory: 512m
+  cpus: 1.5
+  pids: {PIDS}
+proxy:
+  deny:
+    - domain: {DENIED_HOST}
+hostexec:
+  auto_approve:
+    - pattern: "^echo( .*)?$"
+"""
+SERVICES = {"proxy", "approval", "gateway"}
+TOKEN_KEYS = {"token", "cloister", "project", "branch", "path", "created_at"}
+
+
+# --- fixtures ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli(
+    docker_client: docker.DockerClient,
+    tmp_path_factory: pytest.TempPathFactory,
+    skip_or_fail: SkipOrFail,
+) -> Iterator[CloisterCli]:
+    """``cloister`` with temporary config and data directories, and the guardian up."""
+    for image in (SLIM_IMAGE, BASE_IMAGE):
+        try:
+            docker_client.images.get(image)
+            break
+        except docker.errors.ImageNotFound:
+            continue
+    else:
+        skip_or_fail(f"neither {SLIM_IMAGE} nor its base {BASE_IMAGE} is present locally")
+    tool = CloisterCli(tmp_path_factory.mktemp("cloister-cli"))
+    tool.write_config(CONFIG)
+    try:
+        started = tool.run("guardian", "start", timeout=GUARDIAN_TIMEOUT)
+        if started.returncode != 0:
+            pytest.fail(f"the guardian did not start:\n{started.describe()}", pytrace=False)
+        yield tool
+    finally:
+        problems: list[str] = []
+        leftovers: list[str] = []
+        try:
+            leftovers = tool.mine()
+        except AssertionError as error:
+            problems.append(f"cloister list failed: {error}")
+        for name in leftovers:
+            tool.run("stop", name)
+        remove_containers(leftovers)
+        stopped = tool.run("guardian", "stop")
+        if stopped.returncode != 0:
+            problems.append(stopped.describe())
+        if problems:
+            pytest.fail("cleanup failed: " + "\n".join(problems), pytrace=False)
+
+
+class Cloisters:
+    """Starts cloisters with ``cloister start -d`` and stops what is left at the end."""
+
+    def __init__(self, cli: CloisterCli) -> None:
+        self.cli = cli
+        self.names: list[str] = []
+
+    def start(self, cwd: Path, name: str, *args: str) -> Result:
+        """``cloister start -d ARGS`` in *cwd*; it must start cloister *name*."""
+        self.names.append(name)
+        result = self.cli.ok("start", "-d", *args, cwd=cwd)
+        assert f"cloister {name} " in squash(result.stderr), result.describe()
+        return result
+
+    def close(self) -> None:
+        running = set(self.cli.listing())
+        for name in self.names:
+            if name in running:
+                self.cli.run("stop", name)
+        remove_containers(self.names)
+
+
+@pytest.fixture
+def cloisters(cli: CloisterCli) -> Iterator[Cloisters]:
+    started = Cloisters(cli)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture
+def host_listener() -> Iterator[HostListener]:
+    server = HostListener()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def new_repo(tmp_path: Path, prefix: str) -> tuple[Path, str]:
+    """A fresh repository named ``<prefix>-<random>``, and that (project) name."""
+    name = unique(prefix)
+    return make_repo(tmp_path / name), name
+
+
+def mounts_by_target(document: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """The bind mounts of an inspected container: target → (source, writable)."""
+    return {
+        mount["Destination"]: (mount["Source"], mount["RW"])
+        for mount in document["Mounts"]
+        if mount["Type"] == "bind"
+    }
+
+
+# --- 1. start / list / path / stop --------------------------------------------------------
+
+
+def test_two_cloisters_start_list_path_stop(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    alpha, alpha_name = new_repo(tmp_path, "alpha")
+    beta, beta_name = new_repo(tmp_path, "beta")
+    cloisters.start(alpha, alpha_name)
+    cloisters.start(beta, beta_name)
+
+    listing = cli.listing()
+    for name, repo in ((alpha_name, alpha), (beta_name, beta)):
+        assert name in listing, listing
+        assert listing[name]["status"] == "running"
+        assert listing[name]["path"] == str(repo.resolve())
+        assert listing[name]["project"] == name
+        assert listing[name]["branch"] is None
+        assert cli.ok("path", name).stdout.strip() == str(repo.resolve())
+        assert cli.token_file(name).exists()
+
+    # Entering a running cloister again: the same container, the same token.
+    token = cli.token(alpha_name)
+    container_id = inspect(alpha_name)["Id"]
+    again = cli.ok("start", "-d", cwd=alpha)
+    assert "already running" in squash(again.stderr), again.describe()
+    assert cli.token(alpha_name) == token
+    assert inspect(alpha_name)["Id"] == container_id
+
+    for name in (alpha_name, beta_name):
+        stopped = cli.ok("stop", name)
+        assert f"stopped {name}" in stopped.stdout
+        assert not cli.token_file(name).exists()
+    listing = cli.listing()
+    assert alpha_name not in listing
+    assert beta_name not in listing
+    assert cli.mine() == []
+    unknown = cli.fails("path", alpha_name)
+    assert alpha_name in unknown.stderr
+
+
+# --- 2. worktrees ---------------------------------------------------------------------------
+
+
+def test_worktree_of_a_new_branch(cli: CloisterCli, cloisters: Cloisters, tmp_path: Path) -> None:
+    repo, project = new_repo(tmp_path, "wt")
+    head = git(repo, "rev-parse", "HEAD")
+    name = f"{project}-feature-x"
+    cloisters.start(repo, name, "-b", "feature/x")
+
+    worktree = cli.worktree(project, "feature-x")
+    assert worktree.is_dir()
+    assert git(worktree, "rev-parse", "--abbrev-ref", "HEAD") == "feature/x"
+    assert git(repo, "rev-parse", "feature/x") == head  # new, from HEAD
+    assert str(worktree) in git(repo, "worktree", "list")
+    listed = cli.listing()[name]
+    assert listed["path"] == str(worktree)
+    assert listed["branch"] == "feature/x"
+    assert cli.ok("path", name).stdout.strip() == str(worktree)
+
+    status = exec_ok(name, "git status")
+    assert "On branch feature/x" in status.stdout
+    exec_ok(
+        name,
+        "echo 'made inside' > inside.txt && git add inside.txt"
+        " && git commit --quiet -m 'commit made inside the cloister'",
+    )
+    assert git(repo, "log", "--format=%s", "-1", "feature/x") == "commit made inside the cloister"
+    assert git(repo, "show", "feature/x:inside.txt") == "made inside"
+    assert git(repo, "rev-parse", "HEAD") == head  # the main checkout did not move
+
+    def entry() -> dict[str, Any]:
+        listed = cli.json("worktree", "list", "--json")
+        rows = [row for row in listed if row["path"] == str(worktree)]
+        assert len(rows) == 1, rows
+        row: dict[str, Any] = rows[0]
+        return row
+
+    row = entry()
+    assert row["project"] == project
+    assert row["branch"] == "feature/x"
+    assert row["dirty"] is False
+
+    exec_ok(name, "echo scratch > uncommitted.txt")
+    assert entry()["dirty"] is True
+    busy = cli.fails("worktree", "remove", project, "feature/x")
+    assert "stop" in busy.stderr, busy.describe()
+
+    cli.ok("stop", name)
+    dirty = cli.fails("worktree", "remove", project, "feature/x")
+    assert "-f" in dirty.stderr, dirty.describe()
+    assert worktree.is_dir()
+    assert (worktree / "uncommitted.txt").exists()
+
+    removed = cli.ok("worktree", "remove", project, "feature/x", "-f")
+    assert str(worktree) in removed.stdout
+    assert not worktree.exists()
+    assert str(worktree) not in git(repo, "worktree", "list")
+    assert git(repo, "log", "--format=%s", "-1", "feature/x") == "commit made inside the cloister"
+
+
+def test_worktree_of_an_existing_branch(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    repo, project = new_repo(tmp_path, "wtold")
+    main_head = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "--quiet", "-b", "existing")
+    (repo / "existing.txt").write_text("on the branch\n", encoding="utf-8")
+    git(repo, "add", "existing.txt")
+    git(repo, "commit", "--quiet", "-m", "commit on existing")
+    tip = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "--quiet", "-")
+    assert git(repo, "rev-parse", "HEAD") == main_head != tip
+
+    name = f"{project}-existing"
+    cloisters.start(repo, name, "-b", "existing")
+    worktree = cli.worktree(project, "existing")
+    assert git(worktree, "rev-parse", "HEAD") == tip
+    assert git(worktree, "rev-parse", "--abbrev-ref", "HEAD") == "existing"
+    assert exec_ok(name, "cat existing.txt").stdout == "on the branch\n"
+    assert "On branch existing" in exec_ok(name, "git status").stdout
+
+    cli.ok("stop", name)
+    cli.ok("worktree", "remove", project, "existing")  # clean: no -f needed
+    assert not worktree.exists()
+    assert git(repo, "rev-parse", "existing") == tip  # the branch stays
+
+
+# --- 3. stop revokes the token at once ------------------------------------------------------
+
+
+def test_stop_revokes_the_token_at_once(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    prober_repo, prober = new_repo(tmp_path, "prober")
+    victim_repo, victim = new_repo(tmp_path, "victim")
+    cloisters.start(prober_repo, prober)
+    cloisters.start(victim_repo, victim)
+    token = cli.token(victim)
+
+    assert connect_status(victim) == CONNECT_ACCEPTED
+    assert connect_status(prober, token) == CONNECT_ACCEPTED  # any client with the token
+    assert connect_status(prober, "0" * 64) == CONNECT_REFUSED
+
+    cli.ok("stop", victim)
+    # Right after `cloister stop` returned: no waiting, no retry.
+    assert connect_status(prober, token) == CONNECT_REFUSED
+    assert not cli.token_file(victim).exists()
+    assert connect_status(prober) == CONNECT_ACCEPTED  # the other cloister is unaffected
+
+
+# --- 4. a guardian restart under a running cloister ---------------------------------------
+
+
+def test_guardian_restart_keeps_a_running_cloister_working(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    repo, name = new_repo(tmp_path, "restart")
+    cloisters.start(repo, name)
+    token = cli.token(name)
+    container_id = inspect(name)["Id"]
+    assert connect_status(name) == CONNECT_ACCEPTED
+
+    cli.ok("guardian", "stop")
+    status = cli.json("guardian", "status", "--json")
+    assert status["running"] is False
+    assert status["executor_pid"] is None
+    # Nobody answers for the proxy now (the cloister's token is not what failed).
+    assert connect_status(name, max_time=3) != CONNECT_ACCEPTED
+
+    cli.ok("guardian", "start")
+    document = inspect(name)
+    assert document["Id"] == container_id
+    assert document["State"]["Running"] is True
+    assert environment(document)["CLOISTER_TOKEN"] == token
+    assert cli.token(name) == token
+    assert connect_status(name) == CONNECT_ACCEPTED
+    assert exec_ok(name, "hostexec echo back again").stdout == "back again\n"
+
+
+# --- 5. what the container is made of -----------------------------------------------------
+
+
+def test_container_is_hardened_as_configured(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    repo, name = new_repo(tmp_path, "inspect")
+    reference = tmp_path / "reference-docs"
+    reference.mkdir()
+    (reference / "notes.txt").write_text("read me\n", encoding="utf-8")
+    cli.write_project_config(name, f"# refs for the test\nrefs:\n  - {reference}\n")
+    cloisters.start(repo, name)
+    document = inspect(name)
+    host = document["HostConfig"]
+
+    assert host["CapDrop"] == ["ALL"]
+    assert not host.get("CapAdd")
+    assert host["Privileged"] is False
+    assert any(option.startswith("no-new-privileges") for option in host["SecurityOpt"] or [])
+    assert host["Init"] is True
+    assert host["PidsLimit"] == PIDS
+    assert host["Memory"] == MEMORY_BYTES
+    assert host["NanoCpus"] == NANO_CPUS
+    assert document["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+    assert host["NetworkMode"] == "cloister-net"
+    assert set(document["NetworkSettings"]["Networks"]) == {"cloister-net"}
+
+    root = repo.resolve()
+    gitdir = root / ".git"
+    assert mounts_by_target(document) == {
+        "/work": (str(root), True),
+        # Its own mount: a mount point cannot be renamed away and replaced.
+        "/work/.git": (str(gitdir), True),
+        "/work/.git/hooks": (str(gitdir / "hooks"), False),
+        "/work/.git/config": (str(gitdir / "config"), False),
+        "/work/.git/commondir": (str(gitdir / "commondir"), False),
+        f"/refs/{reference.name}": (str(reference.resolve()), False),
+    }
+    everything = [*(host.get("Binds") or []), *(str(m) for m in document["Mounts"])]
+    assert not [entry for entry in everything if "docker.sock" in entry]
+    exec_ok(name, "test ! -e /var/run/docker.sock && test ! -e /run/docker.sock")
+    assert exec_ok(name, f"cat /refs/{reference.name}/notes.txt").stdout == "read me\n"
+    assert exec_in(name, f"echo x > /refs/{reference.name}/new.txt").returncode != 0
+    assert not (reference / "new.txt").exists()
+
+    env = environment(document)
+    token = cli.token(name)
+    assert env["CLOISTER_TOKEN"] == token
+    assert env["CLOISTER_GUARDIAN_HOST"]
+    assert env["CLOISTER_REQUEST_PORT"] == "9998"
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        assert env[key].startswith("http://"), (key, env[key])
+        assert env[key].endswith(f":{token}@cloister-proxy:3128"), (key, env[key])
+    assert env["NO_PROXY"] == env["no_proxy"]
+    assert env["CLOISTER_GUARDIAN_HOST"] in env["NO_PROXY"].split(",")
+
+    token_file = cli.token_file(name)
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    record = json.loads(token_file.read_text(encoding="utf-8"))
+    assert set(record) == TOKEN_KEYS
+    assert record["cloister"] == name
+    assert record["project"] == name
+    assert record["path"] == str(root)
+
+
+# --- 6. the host is out of reach ------------------------------------------------------------
+
+
+def test_host_services_are_unreachable(
+    cli: CloisterCli,
+    cloisters: Cloisters,
+    tmp_path: Path,
+    host_listener: HostListener,
+    docker_client: docker.DockerClient,
+) -> None:
+    repo, name = new_repo(tmp_path, "netprobe")
+    cloisters.start(repo, name)
+
+    # The listener works: the host itself is greeted.
+    with socket.create_connection(("127.0.0.1", host_listener.port), timeout=5) as own:
+        assert own.recv(len(KNOWN_LINE)) == KNOWN_LINE
+    before = host_listener.peers
+    assert before == ["127.0.0.1"]
+
+    addresses = {
+        "cloister-net gateway": network_gateway("cloister-net"),
+        "docker0": network_gateway("bridge") or "172.17.0.1",
+        "host primary": host_primary_ipv4(docker_client),
+    }
+    targets = {label: address for label, address in addresses.items() if address}
+    assert {"cloister-net gateway", "docker0"} <= set(targets), addresses
+    probes = " ".join(
+        f"(timeout 4 bash -c 'exec 3<>/dev/tcp/{address}/{host_listener.port}"
+        f' && head -c {len(KNOWN_LINE)} <&3\'; echo "{address} exit=$?") &'
+        for address in targets.values()
+    )
+    result = exec_in(name, f"{probes} wait", timeout=30)
+    for address in targets.values():
+        assert f"{address} exit=" in result.stdout, result.describe()
+        assert f"{address} exit=0" not in result.stdout, result.describe()
+    assert KNOWN_LINE.decode().strip() not in result.stdout, result.describe()
+    assert host_listener.peers == before, (targets, result.describe())
+
+    # ...while the proxy on the same network is reachable (the probe itself works).
+    exec_ok(name, "timeout 4 bash -c 'exec 3<>/dev/tcp/cloister-proxy/3128'")
+
+
+# --- 7. git's code-running files are out of reach --------------------------------------------
+
+
+def test_git_hooks_and_config_are_read_only(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    repo, project = new_repo(tmp_path, "gitro")
+    config_before = (repo / ".git" / "config").read_bytes()
+    entries_before = {path.name for path in (repo / ".git").iterdir()}
+    cloisters.start(repo, project)
+    branch_name = f"{project}-side"
+    cloisters.start(repo, branch_name, "-b", "side")
+    gitdir = repo.resolve() / ".git"
+
+    attempts = {
+        project: [".git/hooks/pre-commit", ".git/config"],
+        # The worktree's .git is a file; its repository is mounted at its host path.
+        branch_name: [f"{gitdir}/hooks/pre-commit", f"{gitdir}/config"],
+    }
+    for name, targets in attempts.items():
+        for target in targets:
+            written = exec_in(name, f"echo '#!/bin/sh' >> {shlex.quote(target)}")
+            assert written.returncode != 0, written.describe()
+        hooks_path = exec_in(name, "git config core.hooksPath /work/hooks")
+        assert hooks_path.returncode != 0, hooks_path.describe()
+        exec_ok(
+            name,
+            f"echo {name} > {name}.txt && git add {name}.txt"
+            f" && git commit --quiet -m 'normal commit in {name}'",
+        )
+    assert not (gitdir / "hooks" / "pre-commit").exists()
+    assert (gitdir / "config").read_bytes() == config_before
+    assert git(repo, "log", "--format=%s", "-1") == f"normal commit in {project}"
+    assert git(repo, "log", "--format=%s", "-1", "side") == f"normal commit in {branch_name}"
+
+    # Stopped, the cloisters leave nothing behind in the repository's git directory
+    # (beyond what git itself made for the worktree).
+    cli.ok("stop", project)
+    cli.ok("stop", branch_name)
+    left = {path.name for path in gitdir.iterdir()} - entries_before
+    assert left <= {"worktrees"}, left
+    assert git(repo, "status", "--porcelain") == ""
+
+
+# --- names, git, hostexec, status, approvals ---------------------------------------------------
+
+
+def test_project_name_collision_suggests_p(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    name = unique("twin")
+    first = make_repo(tmp_path / "one" / name)
+    second = make_repo(tmp_path / "two" / name)
+    cloisters.start(first, name)
+
+    refused = cli.fails("start", "-d", cwd=second)
+    assert "-p" in refused.stderr, refused.describe()
+    assert cli.listing()[name]["path"] == str(first.resolve())
+
+    other = f"{name}-other"
+    cloisters.start(second, other, "-p", other)
+    listing = cli.listing()
+    assert listing[other]["path"] == str(second.resolve())
+    assert listing[other]["project"] == other
+    assert listing[name]["path"] == str(first.resolve())
+
+    # The name stays bound to the first directory even when nothing runs there.
+    cli.ok("stop", name)
+    assert "-p" in cli.fails("start", "-d", cwd=second).stderr
+
+
+def test_outside_git_needs_allow_no_git(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    name = unique("plain")
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "file.txt").write_text("not in git\n", encoding="utf-8")
+
+    refused = cli.fails("start", "-d", cwd=directory)
+    assert "--allow-no-git" in refused.stderr, refused.describe()
+    assert name not in cli.listing()
+
+    started = cloisters.start(directory, name, "--allow-no-git")
+    warning = squash(started.stderr).lower()
+    assert "warning" in warning, started.describe()
+    assert "not a git repository" in warning, started.describe()
+    assert cli.listing()[name]["path"] == str(directory.resolve())
+    assert exec_ok(name, "cat file.txt").stdout == "not in git\n"
+
+
+def test_hostexec_auto_approved_command(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    repo, name = new_repo(tmp_path, "hostexec")
+    cloisters.start(repo, name)
+    result = exec_ok(name, "hostexec echo hi")
+    assert result.stdout == "hi\n"
+
+
+def test_guardian_status_and_idempotent_start(cli: CloisterCli) -> None:
+    status = cli.json("guardian", "status", "--json")
+    assert status["running"] is True, status
+    services = {service["name"]: service for service in status["services"]}
+    assert set(services) == SERVICES
+    assert all(service["state"] == "running" for service in services.values()), services
+    pid = status["executor_pid"]
+    assert isinstance(pid, int)
+    assert b"cloister_executor" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert status["ui"] == "http://127.0.0.1:9999/"
+    assert status["compose_file"] == str(cli.data_dir / "guardian" / "compose.yaml")
+    assert Path(status["compose_file"]).is_file()
+
+    again = cli.ok("guardian", "start")
+    assert "already running" in squash(again.output), again.describe()
+    assert cli.json("guardian", "status", "--json")["executor_pid"] == pid
+
+
+def test_approvals_list_json(cli: CloisterCli) -> None:
+    assert cli.json("approvals", "list", "--json") == {"domains": [], "commands": []}
+
+
+# --- the host's own git must never run what an agent planted --------------------------------
+
+HIJACKS = {
+    # Rename the protected .git away and put a fresh one (with any config) in its place.
+    "main: replace .git": (
+        None,
+        "mv .git .git-moved && mkdir .git"
+        " && cp -r .git-moved/HEAD .git-moved/objects .git-moved/refs .git/"
+        ' && cp .git-moved/config .git/config && git config core.fsmonitor "$HOOK"',
+    ),
+    # A `commondir` file in .git makes git read its config from another directory.
+    "main: .git/commondir": (
+        None,
+        "mkdir .evil && cp -r .git/HEAD .git/objects .git/refs .git/config .evil/"
+        ' && git config -f .evil/config core.fsmonitor "$HOOK"'
+        " && echo ../.evil > .git/commondir",
+    ),
+    # A worktree's .git is a file in /work: point it at a git dir the agent made.
+    "worktree: .git file": (
+        "hijack",
+        "common=$(git rev-parse --git-common-dir) && mkdir .evil"
+        ' && cp -r "$common/objects" "$common/refs" "$common/config" .evil/'
+        " && echo 'ref: refs/heads/hijack' > .evil/HEAD"
+        ' && git config -f .evil/config core.fsmonitor "$HOOK"'
+        " && echo 'gitdir: .evil' > .git",
+    ),
+    # The worktree's own git dir (writable) has a `commondir` file too.
+    "worktree: commondir": (
+        "hijack",
+        "common=$(git rev-parse --git-common-dir) && own=$(git rev-parse --absolute-git-dir)"
+        ' && mkdir "$common/evil"'
+        ' && cp -r "$common/HEAD" "$common/objects" "$common/refs" "$common/config"'
+        ' "$common/evil/" && git config -f "$common/evil/config" core.fsmonitor "$HOOK"'
+        ' && echo "$common/evil" > "$own/commondir"',
+    ),
+}
+
+
+@pytest.mark.parametrize("vector", list(HIJACKS))
+def test_host_git_never_runs_what_the_agent_planted(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path, vector: str
+) -> None:
+    """DESIGN.md: hooks and config are read-only because an agent that could change
+    them "would run code on the host the next time the human uses git". That must hold
+    for every way of changing the configuration the host's git reads, not just for
+    writing those two files."""
+    branch, script = HIJACKS[vector]
+    repo, project = new_repo(tmp_path, "hijack")
+    name = f"{project}-{branch}" if branch else project
+    cloisters.start(repo, name, *(["-b", branch] if branch else []))
+    workspace = cli.worktree(project, branch) if branch else repo
+    marker = tmp_path / "host-git-ran-planted-code"
+    # Each script is known to complete when nothing stops it (checked: every vector
+    # planted its hook before a fix); if the product makes a step fail, the vector is
+    # defeated, and the marker below stays absent.
+    hook = f"touch {marker}; false"
+    try:
+        exec_in(name, f"HOOK={shlex.quote(hook)}; {script}")
+        cli.ok("stop", name)
+        # The human, later, on the host:
+        for directory in (workspace, repo):
+            run_command(["git", "-C", str(directory), "status"], timeout=30)
+        assert not marker.exists(), (
+            f"{vector}: after the agent's changes, `git status` on the host ran {hook!r}"
+        )
+    finally:
+        if branch:  # leave no poisoned worktree for `cloister worktree list`
+            shutil.rmtree(workspace, ignore_errors=True)
+            shutil.rmtree(repo / ".git" / "worktrees", ignore_errors=True)

@@ -1,0 +1,542 @@
+"""What a cloister container is made of: mounts, limits, environment, refused paths.
+
+Pure: :func:`cloisters.plan` and :class:`Forbidden` against real temporary git
+repositories and a fake home directory; nothing here talks to Docker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pytest
+from docker.types import Mount
+
+from cloister_cli import cloisters, git
+from cloister_cli.cloisters import (
+    CloisterStartError,
+    ContainerPlan,
+    Forbidden,
+    Workspace,
+    environment_for,
+)
+from cloister_cli.projects import Project
+from cloister_core.config.models import DefaultsConfig
+from cloister_core.paths import CloisterPaths
+from cloister_core.tokens import TokenRecord
+from tests.cli.test_git import GIT, hermetic_git, make_repo, run_git
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    hermetic_git(monkeypatch)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A fake home and Cloister's directories, with the paths a cloister must not see."""
+
+    home: Path
+    paths: CloisterPaths
+
+    @property
+    def forbidden(self) -> Forbidden:
+        return Forbidden.for_host(self.paths, self.home)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Host:
+    """Config and data outside the home directory (as CLOISTER_*_DIR would put them)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return Host(home, CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data"))
+
+
+@pytest.fixture
+def default_host(tmp_path: Path) -> Host:
+    """Config and data where they are by default: ~/.config and ~/.local/share."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return Host(home, CloisterPaths.from_env({"HOME": str(home)}))
+
+
+@pytest.fixture
+def repo(host: Host) -> Path:
+    return make_repo(host.home / "src" / "api")
+
+
+LIMITS = DefaultsConfig(memory="512m", cpus=1.5, pids=64)
+
+
+def record_for(workspace: Workspace, name: str) -> TokenRecord:
+    return cloisters.new_token(workspace, name)
+
+
+def plan_for(
+    host: Host, workspace: Workspace, name: str = "api", refs: tuple[Path, ...] = ()
+) -> ContainerPlan:
+    return cloisters.plan(
+        workspace,
+        name,
+        record_for(workspace, name),
+        image="cloister:latest",
+        limits=LIMITS,
+        refs=refs,
+        forbidden=host.forbidden,
+    )
+
+
+def layout(mounts: list[Mount]) -> list[tuple[str, str, bool]]:
+    """(target, source, read-only) of each mount; every one must be a bind mount."""
+    assert {mount["Type"] for mount in mounts} <= {"bind"}
+    return [(mount["Target"], mount["Source"], mount["ReadOnly"]) for mount in mounts]
+
+
+def main_checkout(repo: Path) -> Workspace:
+    return Workspace(Project("api", repo, git=True), repo)
+
+
+def worktree_of(repo: Path, host: Host, branch: str = "feature") -> Workspace:
+    destination = host.paths.worktree("api", branch)
+    git.add_worktree(repo, destination, branch)
+    return Workspace(Project("api", repo, git=True), destination, branch)
+
+
+# -- mounts ------------------------------------------------------------------------------
+
+
+def test_main_checkout_mounts(host: Host, repo: Path) -> None:
+    git_dir = repo / ".git"
+    plan = plan_for(host, main_checkout(repo))
+    assert layout(plan.mounts) == [
+        ("/work", str(repo), False),
+        # A mount of its own: a mount point cannot be renamed away and replaced.
+        ("/work/.git", str(git_dir), False),
+        ("/work/.git/hooks", str(git_dir / "hooks"), True),
+        ("/work/.git/config", str(git_dir / "config"), True),
+        ("/work/.git/commondir", str(git_dir / "commondir"), True),
+    ]
+    assert plan.labels["org.cloister.git-common-dir"] == str(git_dir)
+
+
+def test_the_commondir_pin_is_what_git_reads_as_none(host: Host, repo: Path) -> None:
+    plan_for(host, main_checkout(repo))
+    pin = repo / ".git" / "commondir"
+    assert pin.read_text(encoding="utf-8") == ".\n"
+    assert git.common_dir(repo) == repo / ".git"
+    run_git(repo, "commit", "-q", "--allow-empty", "-m", "still works")
+    cloisters.unpin_commondir(repo / ".git")
+    assert not pin.exists()
+
+
+def test_a_repository_with_its_own_commondir_is_refused(host: Host, repo: Path) -> None:
+    elsewhere = host.home / "elsewhere.git"
+    run_git(repo, "init", "-q", "--bare", str(elsewhere))
+    (repo / ".git" / "commondir").write_text(f"{elsewhere}\n", encoding="utf-8")
+    with pytest.raises(cloisters.UnusualRepositoryError, match="commondir' exists"):
+        plan_for(host, main_checkout(repo))
+
+
+def test_unpin_leaves_a_commondir_it_did_not_make(tmp_path: Path) -> None:
+    (tmp_path / "commondir").write_text("../..\n", encoding="utf-8")
+    cloisters.unpin_commondir(tmp_path)
+    assert (tmp_path / "commondir").read_text(encoding="utf-8") == "../..\n"
+
+
+def test_worktrees_modules_and_worktree_config_are_read_only(host: Host, repo: Path) -> None:
+    git_dir = repo / ".git"
+    (git_dir / "modules" / "lib").mkdir(parents=True)
+    git.add_worktree(repo, host.home / "elsewhere", "other")
+    run_git(repo, "config", "extensions.worktreeConfig", "true")
+    plan = plan_for(host, main_checkout(repo))
+    read_only = {target for target, _, ro in layout(plan.mounts) if ro}
+    assert {"/work/.git/worktrees", "/work/.git/modules", "/work/.git/config.worktree"} <= read_only
+    assert (git_dir / "config.worktree").is_file()  # made, so the agent cannot make it
+
+
+def test_a_missing_hooks_directory_is_created_before_it_is_mounted(host: Host, repo: Path) -> None:
+    # Otherwise the agent could create .git/hooks itself, and the overlay would be moot.
+    hooks = repo / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    plan = plan_for(host, main_checkout(repo))
+    assert hooks.is_dir()
+    assert ("/work/.git/hooks", str(hooks), True) in layout(plan.mounts)
+
+
+def test_linked_worktree_mounts(host: Host, repo: Path) -> None:
+    workspace = worktree_of(repo, host)
+    common = repo / ".git"
+    own = common / "worktrees" / "feature"
+    plan = plan_for(host, workspace, name="api-feature")
+    assert sorted(layout(plan.mounts)) == sorted(
+        [
+            ("/work", str(workspace.directory), False),
+            # Its .git file names the git directory: the agent may not point it elsewhere.
+            ("/work/.git", str(workspace.directory / ".git"), True),
+            # At its own path: what the worktree's .git file names, so git works inside.
+            (str(common), str(common), False),
+            (str(own), str(own), False),
+            (str(common / "hooks"), str(common / "hooks"), True),
+            (str(common / "config"), str(common / "config"), True),
+            (str(common / "commondir"), str(common / "commondir"), True),
+            (str(common / "worktrees"), str(common / "worktrees"), True),
+            (str(own / "commondir"), str(own / "commondir"), True),
+            (str(own / "gitdir"), str(own / "gitdir"), True),
+        ]
+    )
+    gitfile = (workspace.directory / ".git").read_text(encoding="utf-8")
+    assert gitfile == f"gitdir: {own}\n"
+
+
+def test_a_project_without_git_gets_only_work(host: Host) -> None:
+    notes = host.home / "notes"
+    notes.mkdir()
+    plan = plan_for(host, Workspace(Project("notes", notes, git=False), notes), name="notes")
+    assert layout(plan.mounts) == [("/work", str(notes), False)]
+
+
+def test_refs_are_read_only_under_refs(host: Host, repo: Path, tmp_path: Path) -> None:
+    refs = []
+    for parent in ("a", "b", "c"):
+        ref = tmp_path / "refs" / parent / "docs"
+        ref.mkdir(parents=True)
+        refs.append(ref)
+    manual = tmp_path / "refs" / "manual.pdf"
+    manual.write_bytes(b"%PDF")
+    plan = plan_for(host, main_checkout(repo), refs=(*refs, manual))
+    assert [mount for mount in layout(plan.mounts) if mount[0].startswith("/refs/")] == [
+        ("/refs/docs", str(refs[0]), True),
+        ("/refs/docs-2", str(refs[1]), True),
+        ("/refs/docs-3", str(refs[2]), True),
+        ("/refs/manual.pdf", str(manual), True),
+    ]
+
+
+def test_disambiguated_ref_names_never_collide(host: Host, repo: Path, tmp_path: Path) -> None:
+    """A ref whose own name is what disambiguation would produce must not be shadowed."""
+    refs = [tmp_path / "a" / "docs", tmp_path / "b" / "docs-2", tmp_path / "c" / "docs"]
+    for ref in refs:
+        ref.mkdir(parents=True)
+    plan = plan_for(host, main_checkout(repo), refs=tuple(refs))
+    targets = [mount["Target"] for mount in plan.mounts]
+    assert len(targets) == len(set(targets)), targets  # docker refuses duplicate targets
+
+
+def test_a_missing_ref_is_refused(host: Host, repo: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(CloisterStartError) as caught:
+        plan_for(host, main_checkout(repo), refs=(missing,))
+    assert str(caught.value) == f"ref {str(missing)!r} of project api does not exist"
+
+
+def test_a_forbidden_ref_is_refused(host: Host, repo: Path) -> None:
+    ssh = host.home / ".ssh"
+    ssh.mkdir()
+    link = host.home / "src" / "innocent"
+    link.symlink_to(ssh)
+    for ref in (ssh, link):
+        with pytest.raises(CloisterStartError, match="refusing to mount the ref"):
+            plan_for(host, main_checkout(repo), refs=(ref,))
+
+
+def test_a_forbidden_project_is_refused(host: Host) -> None:
+    with pytest.raises(CloisterStartError) as caught:
+        plan_for(host, Workspace(Project("me", host.home, git=False), host.home), name="me")
+    message = str(caught.value)
+    # Which of the forbidden places it names (home, ~/.ssh, ...) is not specified.
+    assert message.startswith(
+        f"refusing to mount the project {str(host.home)!r}: it is, holds or sits inside '"
+    )
+    assert message.endswith("', which a cloister must never see")
+
+
+def test_a_worktree_of_a_repository_in_a_forbidden_place_is_refused(host: Host) -> None:
+    """The worktree lives in <data>, but its git directory (mounted read-write) does not."""
+    dotfiles = make_repo(host.home / ".config" / "nvim")
+    with pytest.raises(CloisterStartError, match="refusing to mount"):
+        plan_for(host, worktree_of(dotfiles, host), name="api-feature")
+
+
+# -- the container -----------------------------------------------------------------------
+
+
+def test_run_kwargs(host: Host, repo: Path) -> None:
+    workspace = main_checkout(repo)
+    record = record_for(workspace, "api")
+    plan = cloisters.plan(
+        workspace,
+        "api",
+        record,
+        image="cloister-slim:latest",
+        limits=LIMITS,
+        refs=(),
+        forbidden=host.forbidden,
+    )
+    uid, gid = os.getuid(), os.getgid()
+    assert plan.run_kwargs() == {
+        "image": "cloister-slim:latest",
+        "command": ["sleep", "infinity"],
+        "name": "cloister-api",
+        "hostname": "api",
+        "detach": True,
+        "user": f"{uid}:{gid}",
+        "working_dir": "/work",
+        "environment": environment_for(record),
+        "mounts": plan.mounts,
+        "tmpfs": {"/home/cloister": f"uid={uid},gid={gid},mode=0700"},
+        "labels": {
+            "org.cloister.cloister": "api",
+            "org.cloister.project": "api",
+            "org.cloister.path": str(repo),
+            "org.cloister.branch": "",
+            "org.cloister.git-common-dir": str(repo / ".git"),
+        },
+        "network": "cloister-net",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "init": True,
+        "mem_limit": "512m",
+        "nano_cpus": 1_500_000_000,
+        "pids_limit": 64,
+    }
+
+
+def test_worktree_labels_name_the_branch(host: Host, repo: Path) -> None:
+    workspace = worktree_of(repo, host, branch="feature")
+    labels = plan_for(host, workspace, name="api-feature").run_kwargs()["labels"]
+    assert labels == {
+        "org.cloister.cloister": "api-feature",
+        "org.cloister.project": "api",
+        "org.cloister.path": str(workspace.directory),
+        "org.cloister.branch": "feature",
+        "org.cloister.git-common-dir": str(repo / ".git"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("cpus", "nano_cpus"),
+    [(2.0, 2_000_000_000), (1.5, 1_500_000_000), (0.25, 250_000_000), (0.57, 570_000_000)],
+)
+def test_cpu_limit_in_nano_cpus(host: Host, repo: Path, cpus: float, nano_cpus: int) -> None:
+    workspace = main_checkout(repo)
+    plan = cloisters.plan(
+        workspace,
+        "api",
+        record_for(workspace, "api"),
+        image="cloister:latest",
+        limits=DefaultsConfig(cpus=cpus),
+        refs=(),
+        forbidden=host.forbidden,
+    )
+    kwargs = plan.run_kwargs()
+    assert kwargs["nano_cpus"] == nano_cpus
+    assert (kwargs["mem_limit"], kwargs["pids_limit"]) == ("8g", 1024)  # the defaults
+
+
+def test_environment_for() -> None:
+    record = TokenRecord.create(cloister="api-feature", project="api", path=Path("/w"))
+    proxy = f"http://cloister:{record.secret}@cloister-proxy:3128"
+    no_proxy = "cloister-guardian,cloister-proxy,localhost,127.0.0.1"
+    assert environment_for(record) == {
+        "CLOISTER_TOKEN": record.secret,
+        "CLOISTER_CLOISTER": "api-feature",
+        "CLOISTER_PROJECT": "api",
+        "CLOISTER_GUARDIAN_HOST": "cloister-guardian",
+        "CLOISTER_REQUEST_PORT": "9998",
+        "HTTP_PROXY": proxy,
+        "HTTPS_PROXY": proxy,
+        "http_proxy": proxy,
+        "https_proxy": proxy,
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
+        "HOME": "/home/cloister",
+    }
+
+
+# -- sensitive host paths ----------------------------------------------------------------
+
+PathOf = Callable[[Host], Path]
+
+REFUSED: list[tuple[str, PathOf]] = [
+    ("root", lambda h: Path("/")),
+    ("home itself", lambda h: h.home),
+    ("what holds home (and ~/.ssh)", lambda h: h.home.parent),
+    ("~/.ssh", lambda h: h.home / ".ssh"),
+    ("inside ~/.ssh", lambda h: h.home / ".ssh" / "keys"),
+    ("~/.config", lambda h: h.home / ".config"),
+    ("inside ~/.config", lambda h: h.home / ".config" / "gh"),
+    ("~/.aws", lambda h: h.home / ".aws"),
+    ("~/.gnupg", lambda h: h.home / ".gnupg"),
+    ("~/.docker", lambda h: h.home / ".docker"),
+    ("~/.kube", lambda h: h.home / ".kube"),
+    ("~/.netrc", lambda h: h.home / ".netrc"),
+    ("~/.local", lambda h: h.home / ".local"),
+    ("<config>", lambda h: h.paths.config_dir),
+    ("<config>/tokens", lambda h: h.paths.tokens_dir),
+    ("what holds <config>", lambda h: h.paths.config_dir.parent),
+    ("<data>/run", lambda h: h.paths.data_dir / "run"),
+    ("inside <data>/run", lambda h: h.paths.data_dir / "run" / "x"),
+    ("<data>/guardian", lambda h: h.paths.guardian_dir),
+    ("<data> (holds run)", lambda h: h.paths.data_dir),
+    ("<data>/logs", lambda h: h.paths.logs_dir),
+    ("<data>/worktrees itself", lambda h: h.paths.data_dir / "worktrees"),
+    ("/var/run/docker.sock", lambda h: Path("/var/run/docker.sock")),
+    ("/run/docker.sock", lambda h: Path("/run/docker.sock")),
+    ("/var/run (holds the socket)", lambda h: Path("/var/run")),
+    ("/etc", lambda h: Path("/etc")),
+    ("/etc/ssh", lambda h: Path("/etc/ssh")),
+    ("/proc", lambda h: Path("/proc")),
+    ("/proc/self", lambda h: Path("/proc/self")),
+    ("/sys", lambda h: Path("/sys")),
+    ("/dev", lambda h: Path("/dev")),
+]
+
+ALLOWED: list[tuple[str, PathOf]] = [
+    ("a project in home", lambda h: h.home / "src" / "x"),
+    ("a subdirectory of it", lambda h: h.home / "src" / "x" / "pkg"),
+    ("a dotted project name", lambda h: h.home / "src" / ".sshx"),
+    ("a worktree", lambda h: h.paths.worktree("api", "feature")),
+]
+
+
+@pytest.mark.parametrize("path_of", [p for _, p in REFUSED], ids=[i for i, _ in REFUSED])
+def test_forbidden_refuses(host: Host, path_of: PathOf) -> None:
+    path = path_of(host)
+    with pytest.raises(CloisterStartError, match=f"refusing to mount the project {str(path)!r}"):
+        host.forbidden.check(path, "the project")
+
+
+@pytest.mark.parametrize("path_of", [p for _, p in ALLOWED], ids=[i for i, _ in ALLOWED])
+def test_forbidden_allows(host: Host, path_of: PathOf) -> None:
+    host.forbidden.check(path_of(host), "the project")
+
+
+@pytest.mark.parametrize("path_of", [p for _, p in REFUSED], ids=[i for i, _ in REFUSED])
+def test_forbidden_refuses_with_the_default_layout(default_host: Host, path_of: PathOf) -> None:
+    with pytest.raises(CloisterStartError):
+        default_host.forbidden.check(path_of(default_host), "the project")
+
+
+def test_default_layout_puts_config_and_data_in_home(default_host: Host) -> None:
+    assert default_host.paths.config_dir == default_host.home / ".config" / "cloister"
+    assert default_host.paths.data_dir == default_host.home / ".local" / "share" / "cloister"
+
+
+def test_worktrees_are_allowed_with_the_default_layout(default_host: Host) -> None:
+    """`cloister start -b BRANCH` mounts <data>/worktrees/<p>/<b>; by default <data> is
+    ~/.local/share/cloister, so refusing all of ~/.local refuses every worktree."""
+    default_host.forbidden.check(default_host.paths.worktree("api", "feature"), "the project")
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [
+        ("to-ssh", lambda h: h.home / ".ssh"),
+        ("to-inside-ssh", lambda h: h.home / ".ssh" / "keys"),
+        ("to-home", lambda h: h.home),
+        ("to-socket", lambda h: Path("/var/run/docker.sock")),
+        ("to-etc", lambda h: Path("/etc")),
+        ("to-run", lambda h: h.paths.data_dir / "run"),
+    ],
+)
+def test_symlinks_into_forbidden_places_are_refused(host: Host, name: str, target: PathOf) -> None:
+    (host.home / ".ssh" / "keys").mkdir(parents=True)
+    (host.paths.data_dir / "run").mkdir(parents=True)
+    link = host.home / "src" / name
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(target(host))
+    with pytest.raises(CloisterStartError, match=f"refusing to mount the project {str(link)!r}"):
+        host.forbidden.check(link, "the project")
+
+
+def test_a_symlink_to_an_allowed_place_is_allowed(host: Host) -> None:
+    project = host.home / "src" / "real"
+    project.mkdir(parents=True)
+    (host.home / "work").symlink_to(project)
+    host.forbidden.check(host.home / "work", "the project")
+
+
+# -- what the agent can write must not run code on the host ----------------------------------
+
+
+def writable(plan: ContainerPlan, target: str) -> Path | None:
+    """The host path behind container path *target* if the plan lets the agent write it."""
+    best: Mount | None = None
+    for mount in plan.mounts:
+        mounted = PurePosixPath(mount["Target"])
+        path = PurePosixPath(target)
+        covers = path == mounted or mounted in path.parents
+        if covers and (
+            best is None or len(mounted.parts) > len(PurePosixPath(best["Target"]).parts)
+        ):
+            best = mount
+    if best is None or best["ReadOnly"]:
+        return None
+    return Path(best["Source"]) / PurePosixPath(target).relative_to(best["Target"])
+
+
+def evil_git_dir(at: Path, source: Path, marker: Path) -> Path:
+    """A git directory (a copy of *source*'s) whose config runs a hook that leaves *marker*."""
+    run_git(source, "clone", "-q", "--bare", str(source), str(at))
+    hook = at / "fsmonitor-hook"
+    hook.write_text(f"#!/bin/sh\ntouch '{marker}'\nexit 1\n", encoding="utf-8")
+    hook.chmod(0o755)
+    run_git(at, "config", "core.bare", "false")
+    run_git(at, "config", "core.fsmonitor", str(hook))
+    return at
+
+
+CONFIG = "[core]\n\tfsmonitor = {evil}/fsmonitor-hook\n"
+
+
+def host_git_status(directory: Path) -> None:
+    """What the human (or `cloister worktree list`) runs on the host afterwards."""
+    subprocess.run([GIT, "-C", str(directory), "status"], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "content"),
+    [
+        # The overlays: read-only, so these writes are impossible (and the test passes).
+        ("main", "/work/.git/config", CONFIG),
+        ("worktree", "{common}/config", CONFIG),
+        # git reads the repository config from $GIT_DIR/commondir/config when that exists
+        # (a path relative to $GIT_DIR: the agent needs no host path).
+        ("main", "/work/.git/commondir", "../.agent/evil.git\n"),
+        # A worktree's .git is a file naming its git directory; /work is read-write.
+        ("worktree", "/work/.git", "gitdir: .agent/evil.git\n"),
+        # The common dir is mounted read-write, so is the worktree's commondir pointer; the
+        # host path of /work is in the worktree's gitdir file, next to it.
+        ("worktree", "{common}/worktrees/feature/commondir", "{evil}\n"),
+    ],
+    ids=[
+        "main-config",
+        "worktree-config",
+        "main-commondir",
+        "worktree-gitfile",
+        "worktree-commondir",
+    ],
+)
+def test_the_agent_cannot_make_host_git_run_its_code(
+    host: Host, repo: Path, tmp_path: Path, kind: str, target: str, content: str
+) -> None:
+    """The read-only hooks/config overlays exist so that nothing the agent writes makes
+    the human's next git command run code; other files git reads config through must be
+    out of reach too."""
+    workspace = main_checkout(repo) if kind == "main" else worktree_of(repo, host)
+    plan = plan_for(host, workspace, name="api" if kind == "main" else "api-feature")
+    marker = tmp_path / "code-ran-on-the-host"
+    # The agent may create anything inside /work: its own git directory, for example.
+    agent_files = writable(plan, "/work/.agent")
+    assert agent_files is not None
+    evil = evil_git_dir(agent_files / "evil.git", repo, marker)
+    path = writable(plan, target.format(common=repo / ".git"))
+    if path is not None:  # the plan lets the agent write it: so write it
+        path.write_text(content.format(evil=evil), encoding="utf-8")
+    host_git_status(workspace.directory)
+    assert not marker.exists(), f"the agent could write {target} and run code on the host"

@@ -1,0 +1,381 @@
+"""Commands that need no Docker engine, through click's runner and temporary directories.
+
+Where a command asks Docker only which cloisters exist (``project remove``,
+``worktree remove``), the engine is a fake that lists what the test says.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from cloister_cli import git, projects
+from cloister_cli.lifecycle import Context
+from cloister_cli.main import cli
+from cloister_cli.projects import Project
+from cloister_core.paths import CloisterPaths
+from tests.cli.test_git import hermetic_git, make_repo
+
+
+@dataclass
+class FakeContainer:
+    labels: dict[str, str]
+    status: str = "running"
+    attrs: dict[str, Any] = field(
+        default_factory=lambda: {"Config": {"Image": "cloister:latest"}, "Created": ""}
+    )
+
+
+@dataclass
+class FakeContainers:
+    running: list[FakeContainer] = field(default_factory=list)
+
+    def list(self, **filters: Any) -> list[FakeContainer]:
+        assert filters == {"all": True, "filters": {"label": "org.cloister.cloister"}}
+        return self.running
+
+
+@dataclass
+class FakeEngine:
+    containers: FakeContainers = field(default_factory=FakeContainers)
+
+
+def cloister_of(project: str, path: Path, name: str | None = None) -> FakeContainer:
+    return FakeContainer(
+        labels={
+            "org.cloister.cloister": name or project,
+            "org.cloister.project": project,
+            "org.cloister.path": str(path),
+            "org.cloister.branch": "",
+        }
+    )
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    hermetic_git(monkeypatch)
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+    fake = FakeEngine()
+    monkeypatch.setattr(Context, "docker", property(lambda self: fake))
+    return fake
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "CLOISTER_CONFIG_DIR": str(tmp_path / "config"),
+        "CLOISTER_DATA_DIR": str(tmp_path / "data"),
+    }
+
+
+@pytest.fixture
+def paths(env: dict[str, str]) -> CloisterPaths:
+    return CloisterPaths.from_env(env)
+
+
+def run(env: dict[str, str], *args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env, prog_name="cloister")
+
+
+def assert_clean_error(result: Result, message: str) -> None:
+    """Exit status 1 and one line, ``Error: <message>``: no traceback."""
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert result.output == f"Error: {message}\n"
+    assert "Traceback" not in result.output
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- project -----------------------------------------------------------------------------
+
+
+def test_project_list_when_there_are_none(env: dict[str, str]) -> None:
+    result = run(env, "project", "list", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == []
+    table = run(env, "project", "list")
+    assert table.exit_code == 0
+    assert "name" in table.output
+
+
+def test_project_list(env: dict[str, str], paths: CloisterPaths, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "src" / "api")
+    projects.register(paths, Project("api", repo, git=True, remote="https://x.invalid/api"))
+    write(paths.project_config("docs"), "refs: [/srv/manual]\n")
+    result = run(env, "project", "list", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [
+        {"name": "api", "root": str(repo), "remote": "https://x.invalid/api", "refs": []},
+        {"name": "docs", "root": None, "remote": None, "refs": ["/srv/manual"]},
+    ]
+    table = run(env, "project", "list")
+    assert "https://x.invalid/api" in table.output
+    assert "/srv/manual" in table.output
+
+
+def test_project_list_reports_a_broken_file(env: dict[str, str], paths: CloisterPaths) -> None:
+    broken = write(paths.project_config("api"), "proxy:\n  alow: []\n")
+    result = run(env, "project", "list")
+    assert_clean_error(result, f"{broken}:2:3: unknown key 'alow' in proxy; did you mean 'allow'?")
+
+
+def test_project_show_lists_merged_rules_with_their_files(
+    env: dict[str, str], paths: CloisterPaths, tmp_path: Path
+) -> None:
+    write(paths.config_file, "proxy:\n  allow: [{domain: global.test}]\n")
+    project_file = write(
+        paths.project_config("api"),
+        f"root: {tmp_path / 'api'}\nrefs: [/srv/docs]\nproxy:\n  deny: [{{domain: bad.test}}]\n",
+    )
+    decisions = write(paths.project_decisions("api"), "allow: [{pattern: '*.decided.test'}]\n")
+    result = run(env, "project", "show", "api", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert {key: document[key] for key in ("name", "root", "remote", "refs", "config_file")} == {
+        "name": "api",
+        "root": str(tmp_path / "api"),
+        "remote": None,
+        "refs": ["/srv/docs"],
+        "config_file": str(project_file),
+    }
+    assert document["rules"] == [
+        {"action": "deny", "rule": "bad.test", "scope": "project", "file": str(project_file)},
+        {
+            "action": "allow",
+            "rule": "global.test",
+            "scope": "global",
+            "file": str(paths.config_file),
+        },
+        {
+            "action": "allow",
+            "rule": "*.decided.test",
+            "scope": "project-decisions",
+            "file": str(decisions),
+        },
+    ]
+    table = run(env, "project", "show", "api")
+    assert table.exit_code == 0, table.output
+    assert str(tmp_path / "api") in table.output
+    for text in ("bad.test", "global.test", "*.decided.test", "project-decisions"):
+        assert text in table.output
+
+
+def test_project_show_does_not_write_the_default_config(
+    env: dict[str, str], paths: CloisterPaths
+) -> None:
+    write(paths.project_config("api"), "root: /x\n")
+    result = run(env, "project", "show", "api", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["rules"] == []
+    assert not paths.config_file.exists()
+
+
+@pytest.mark.usefixtures("engine")
+def test_project_remove_deletes_config_and_decisions(
+    env: dict[str, str], paths: CloisterPaths
+) -> None:
+    config = write(paths.project_config("api"), "root: /x\n")
+    decisions = write(paths.project_decisions("api"), "allow: [{domain: a.test}]\n")
+    result = run(env, "project", "remove", "api")
+    assert result.exit_code == 0, result.output
+    assert result.output == f"deleted {config}\ndeleted {decisions}\n"
+    assert not config.exists()
+    assert not decisions.exists()
+
+
+def test_project_remove_refuses_while_its_cloisters_exist(
+    env: dict[str, str], paths: CloisterPaths, engine: FakeEngine, tmp_path: Path
+) -> None:
+    config = write(paths.project_config("api"), "root: /x\n")
+    engine.containers.running = [
+        cloister_of("api", tmp_path / "api"),
+        cloister_of("web", tmp_path / "web"),
+        cloister_of("api", tmp_path / "wt", name="api-feature"),
+    ]
+    result = run(env, "project", "remove", "api")
+    assert_clean_error(result, "stop its cloisters first: api, api-feature")
+    assert config.exists()
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("project", "remove", "nope"), "no project 'nope' (`cloister project list`)"),
+        (("project", "show", "nope"), "no project 'nope' (`cloister project list`)"),
+        (
+            ("project", "remove", "../config"),
+            "project name '../config' is not valid: use lower-case letters, digits, '.', '_'"
+            " and '-', starting with a letter or digit",
+        ),
+        (
+            ("project", "show", "../x"),
+            "project name '../x' is not valid: use lower-case letters, digits, '.', '_'"
+            " and '-', starting with a letter or digit",
+        ),
+        (
+            ("project", "show", "My API"),
+            "project name 'My API' is not valid: use lower-case letters, digits, '.', '_'"
+            " and '-', starting with a letter or digit",
+        ),
+        (
+            ("worktree", "list", "../x"),
+            "project name '../x' is not valid: use lower-case letters, digits, '.', '_'"
+            " and '-', starting with a letter or digit",
+        ),
+        (("worktree", "remove", "api", "feature"), "no worktree {data}/worktrees/api/feature"),
+    ],
+)
+def test_errors_are_one_clean_line(
+    env: dict[str, str], args: tuple[str, ...], message: str
+) -> None:
+    result = run(env, *args)
+    assert_clean_error(result, message.format(data=env["CLOISTER_DATA_DIR"]))
+
+
+# -- worktree ----------------------------------------------------------------------------
+
+
+def test_worktree_list_on_an_empty_data_dir(env: dict[str, str], paths: CloisterPaths) -> None:
+    result = run(env, "worktree", "list", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == []
+    assert not paths.data_dir.exists()
+
+
+@pytest.fixture
+def worktree(paths: CloisterPaths, tmp_path: Path) -> tuple[Path, Path]:
+    """Project api with a worktree for branch feature/login, where `start -b` puts it."""
+    repo = make_repo(tmp_path / "src" / "api")
+    projects.register(paths, Project("api", repo, git=True))
+    directory = paths.worktree("api", "feature-login")
+    git.add_worktree(repo, directory, "feature/login")
+    return repo, directory
+
+
+def test_worktree_list(env: dict[str, str], worktree: tuple[Path, Path]) -> None:
+    _, directory = worktree
+    listed = run(env, "worktree", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    row = {"project": "api", "branch": "feature/login", "path": str(directory), "dirty": False}
+    assert json.loads(listed.output) == [row]
+    (directory / "scratch").write_text("x", encoding="utf-8")
+    assert json.loads(run(env, "worktree", "list", "api", "--json").output) == [
+        {**row, "dirty": True}
+    ]
+    assert json.loads(run(env, "worktree", "list", "other", "--json").output) == []
+
+
+@pytest.mark.usefixtures("engine")
+def test_worktree_remove_refuses_a_dirty_one_without_force(
+    env: dict[str, str], worktree: tuple[Path, Path]
+) -> None:
+    repo, directory = worktree
+    (directory / "scratch").write_text("x", encoding="utf-8")
+    refused = run(env, "worktree", "remove", "api", "feature/login")
+    assert_clean_error(
+        refused, f"{directory} has uncommitted changes; commit them, or remove anyway with -f"
+    )
+    assert (directory / "scratch").exists()
+    removed = run(env, "worktree", "remove", "api", "feature/login", "-f")
+    assert removed.exit_code == 0, removed.output
+    assert removed.output == f"removed {directory}\n"
+    assert not directory.exists()
+    assert git.branch_exists(repo, "feature/login")  # the branch stays
+
+
+def test_worktree_remove_refuses_while_its_cloister_runs(
+    env: dict[str, str], worktree: tuple[Path, Path], engine: FakeEngine
+) -> None:
+    _, directory = worktree
+    engine.containers.running = [cloister_of("api", directory, name="api-feature-login")]
+    result = run(env, "worktree", "remove", "api", "feature/login")
+    assert_clean_error(result, "stop its cloister first: cloister stop api-feature-login")
+    assert directory.exists()
+
+
+# -- completion, config, others ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shell", "registers"),
+    [
+        ("bash", "complete -o nosort -F _cloister_completion cloister"),
+        ("zsh", "compdef _cloister_completion cloister"),
+        ("fish", 'complete --no-files --command cloister --arguments "(_cloister_completion)"'),
+    ],
+)
+def test_completion_scripts(shell: str, registers: str) -> None:
+    result = CliRunner().invoke(cli, ["completion", shell], prog_name="cloister")
+    assert result.exit_code == 0, result.output
+    assert f"_CLOISTER_COMPLETE={shell}_complete" in result.output
+    assert registers in result.output
+
+
+def test_completion_answers_what_the_script_asks() -> None:
+    """The script calls `cloister` back with _CLOISTER_COMPLETE set: that must complete."""
+    result = CliRunner().invoke(
+        cli,
+        [],
+        env={
+            "_CLOISTER_COMPLETE": "bash_complete",
+            "COMP_WORDS": "cloister pro",
+            "COMP_CWORD": "1",
+        },
+        prog_name="cloister",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == "plain,project\n"
+
+
+def test_completion_refuses_other_shells() -> None:
+    result = CliRunner().invoke(cli, ["completion", "tcsh"], prog_name="cloister")
+    assert result.exit_code == 2
+    assert "'tcsh' is not one of 'bash', 'zsh', 'fish'" in result.output
+
+
+def test_config_path_json(env: dict[str, str]) -> None:
+    result = run(env, "config", "path", "--json")
+    assert result.exit_code == 0, result.output
+    config, data = env["CLOISTER_CONFIG_DIR"], env["CLOISTER_DATA_DIR"]
+    assert json.loads(result.output) == {
+        "config_dir": config,
+        "config_file": f"{config}/config.yaml",
+        "projects_dir": f"{config}/projects",
+        "decisions_dir": f"{config}/decisions",
+        "tokens_dir": f"{config}/tokens",
+        "data_dir": data,
+        "audit_log": f"{data}/audit.log",
+    }
+
+
+def test_approvals_with_the_hub_down(env: dict[str, str], paths: CloisterPaths) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    write(paths.config_file, f"guardian:\n  ui_port: {port}\n")
+    result = run(env, "approvals", "list")
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: the approval hub at http://127.0.0.1:{port} is not")
+    assert result.output.endswith("(`cloister guardian status`)\n")
+    assert "Traceback" not in result.output
+
+
+def test_stop_with_a_name_and_all_is_a_usage_error(env: dict[str, str]) -> None:
+    result = run(env, "stop", "api", "--all")
+    assert result.exit_code == 2
+    assert "give a NAME or --all, not both" in result.output
