@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shlex
 import shutil
 import socket
 import stat
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,6 +221,73 @@ def test_two_cloisters_start_list_path_stop(
     assert cli.mine() == []
     unknown = cli.fails("path", alpha_name)
     assert alpha_name in unknown.stderr
+
+
+def on_a_terminal(
+    cli: CloisterCli, cwd: Path, *args: str, keys: bytes, timeout: float = 60
+) -> tuple[int, str]:
+    """``cloister ARGS`` with a pseudo-terminal for its stdin and output, *keys* typed.
+
+    The keys wait in the terminal until the attached shell reads them, as when a person
+    types ahead; what the terminal showed and the exit status come back.
+    """
+    controller, terminal = os.openpty()
+    process = subprocess.Popen(
+        [str(cli.executable), *args],
+        cwd=cwd,
+        env={**cli.env, "TERM": "dumb"},
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
+    os.close(terminal)
+    shown = bytearray()
+    try:
+        os.write(controller, keys)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # EIO: every process holding the terminal has gone
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            elif process.poll() is not None:
+                break
+        else:
+            process.kill()
+            pytest.fail(f"cloister {' '.join(args)} still runs after {timeout:g}s: {shown!r}")
+        return process.wait(timeout=10), shown.decode(errors="replace")
+    finally:
+        os.close(controller)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_start_attaches_a_shell_and_entering_again_keeps_the_token(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    repo, name = new_repo(tmp_path, "attach")
+    cloisters.names.append(name)
+    # $((6*7)) is echoed as typed; only a shell that ran it prints 42.
+    status, shown = on_a_terminal(
+        cli, repo, "start", keys=b"echo attached-$((6*7))-$CLOISTER_CLOISTER-$PWD; exit 3\n"
+    )
+    assert f"attached-42-{name}-/work" in shown, shown
+    assert status == 3, shown  # the shell's own status
+    assert f"left cloister {name}" in shown, shown
+    token = cli.token(name)
+
+    status, shown = on_a_terminal(cli, repo, "start", keys=b"echo again-$((6*7)); exit\n")
+    assert "again-42" in shown, shown
+    assert status == 0, shown
+    assert "already running" in shown, shown
+    assert cli.token(name) == token
 
 
 # --- 2. worktrees ---------------------------------------------------------------------------

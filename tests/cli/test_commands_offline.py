@@ -379,3 +379,39 @@ def test_stop_with_a_name_and_all_is_a_usage_error(env: dict[str, str]) -> None:
     result = run(env, "stop", "api", "--all")
     assert result.exit_code == 2
     assert "give a NAME or --all, not both" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("start", "-d"), ("list",), ("stop", "api"), ("path", "api"), ("guardian", "status")],
+    ids=" ".join,
+)
+def test_a_stopped_engine_is_one_clear_line(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    repo = make_repo(tmp_path / "api")
+    monkeypatch.chdir(repo)
+    result = run({**env, "DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"}, *args)
+    assert result.exit_code == 1, result.output
+    socket_path = tmp_path / "no-engine.sock"
+    assert result.output.startswith(
+        f"Error: no Docker engine is reachable (unix://{socket_path}: No such file or directory)"
+    ), result.output
+    assert result.output.endswith("); start Docker and try again\n"), result.output
+    assert result.output.count("\n") == 1
+
+
+def test_a_stale_engine_socket_is_one_clear_line(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that died leaves its socket file behind: nothing listens on it."""
+    stale = tmp_path / "docker.sock"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(stale))
+    monkeypatch.chdir(tmp_path)
+    result = run({**env, "DOCKER_HOST": f"unix://{stale}"}, "list")
+    assert_clean_error(
+        result,
+        f"no Docker engine is reachable (unix://{stale}: Connection refused);"
+        " start Docker and try again",
+    )

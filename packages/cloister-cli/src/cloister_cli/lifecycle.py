@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +43,28 @@ class DockerUnavailableError(CloisterError):
     """No Docker engine answers."""
 
 
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+def _check_engine_socket(docker_host: str) -> None:
+    """Fail early, and cleanly, when a Unix-socket engine is not there.
+
+    The docker SDK would find out too, but leaks its socket when the connection fails.
+    """
+    if not docker_host.startswith("unix://"):
+        return
+    path = docker_host.removeprefix("unix://")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(path)
+        except OSError as error:
+            raise DockerUnavailableError(
+                f"no Docker engine is reachable ({docker_host}: {error.strerror or error});"
+                " start Docker and try again"
+            ) from None
+
+
 @dataclass
 class Context:
     """Paths, config and clients, made once per command and only when needed."""
@@ -54,6 +78,7 @@ class Context:
 
     @functools.cached_property
     def docker(self) -> docker.DockerClient:
+        _check_engine_socket(os.environ.get("DOCKER_HOST", DEFAULT_DOCKER_HOST))
         try:
             client = docker.from_env()
             client.ping()
