@@ -72,7 +72,7 @@ def test_toplevel(repo: Path, tmp_path: Path) -> None:
 
 
 def test_git_dirs_of_a_main_checkout(repo: Path) -> None:
-    assert git.git_dir(repo) == repo / ".git"
+    assert git.layout(repo) == git.Layout(repo, repo / ".git", repo / ".git")
     assert git.common_dir(repo) == repo / ".git"
     (repo / "sub").mkdir()
     assert git.common_dir(repo / "sub") == repo / ".git"  # relative answer made absolute
@@ -81,16 +81,18 @@ def test_git_dirs_of_a_main_checkout(repo: Path) -> None:
 def test_git_dirs_of_a_linked_worktree(repo: Path, tmp_path: Path) -> None:
     tree = tmp_path / "trees" / "feature"
     git.add_worktree(repo, tree, "feature")
-    assert git.git_dir(tree) == repo / ".git" / "worktrees" / "feature"
+    assert git.layout(tree).git_dir == repo / ".git" / "worktrees" / "feature"
     assert git.common_dir(tree) == repo / ".git"
     assert git.toplevel(tree) == tree
 
 
 def test_git_dir_outside_a_repository_carries_gits_message(tmp_path: Path) -> None:
     with pytest.raises(GitError) as caught:
-        git.git_dir(tmp_path)
+        git.layout(tmp_path)
     message = str(caught.value)
-    assert message.startswith(f"git rev-parse --absolute-git-dir failed in {tmp_path}: ")
+    assert message.startswith(
+        f"git rev-parse --show-toplevel --absolute-git-dir --git-common-dir failed in {tmp_path}: "
+    )
     assert "not a git repository" in message
 
 

@@ -36,17 +36,6 @@ def toplevel(directory: Path) -> Path | None:
     return Path(result.stdout.strip()) if result.returncode == 0 else None
 
 
-def git_dir(worktree: Path) -> Path:
-    """The git directory of a working tree (``.git``, or ``.git/worktrees/<name>``)."""
-    return Path(_git(worktree, "rev-parse", "--absolute-git-dir").stdout.strip())
-
-
-def common_dir(worktree: Path) -> Path:
-    """The repository's shared git directory (the main checkout's ``.git``)."""
-    path = Path(_git(worktree, "rev-parse", "--git-common-dir").stdout.strip())
-    return path if path.is_absolute() else (worktree / path).resolve()
-
-
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where git keeps a working tree's repository (one ``git`` call finds all three)."""
@@ -65,6 +54,11 @@ def layout(worktree: Path) -> Layout:
     if not common_path.is_absolute():
         common_path = (worktree / common_path).resolve()
     return Layout(Path(top), Path(gitdir), common_path)
+
+
+def common_dir(worktree: Path) -> Path:
+    """The repository's shared git directory (the main checkout's ``.git``)."""
+    return layout(worktree).common_dir
 
 
 def worktree_config(worktree: Path) -> bool:

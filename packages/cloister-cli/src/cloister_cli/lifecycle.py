@@ -139,7 +139,8 @@ def ensure_agent_image(context: Context, image: str, progress: Progress) -> None
         raise CloisterStartError(
             f"image {image!r} is not on this machine; `docker pull {image}` or build it first"
         )
-    source = context.require_source()
+    if source is None:
+        source = context.require_source()  # raises: says where it looked for the tree
     architecture = context.docker.info()["Architecture"]
     with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
         progress(image, "assembling the build context")
@@ -149,7 +150,7 @@ def ensure_agent_image(context: Context, image: str, progress: Progress) -> None
             build_context,
             image,
             on_line=lambda line: progress(image, line),
-            fingerprint=source_fingerprint(source, spec),
+            fingerprint=fingerprint,
         )
 
 

@@ -395,6 +395,7 @@ def main(argv: list[str]) -> int:
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=2,
+        proxy_headers=False,  # cloisters talk to it directly: no proxy's headers to trust
         server_header=False,
     )
     return 0
