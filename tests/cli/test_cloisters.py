@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 from docker.types import Mount
 
-from cloister_cli import cloisters, git
+from cloister_cli import cloisters, git, gitmounts
 from cloister_cli.cloisters import (
     CloisterStartError,
     ContainerPlan,
@@ -78,6 +78,7 @@ def record_for(workspace: Workspace, name: str) -> TokenRecord:
 def plan_for(
     host: Host, workspace: Workspace, name: str = "api", refs: tuple[Path, ...] = ()
 ) -> ContainerPlan:
+    git_plan = gitmounts.plan(workspace.directory, is_git=workspace.project.git, home=host.home)
     return cloisters.plan(
         workspace,
         name,
@@ -86,6 +87,7 @@ def plan_for(
         limits=LIMITS,
         refs=refs,
         forbidden=host.forbidden,
+        git_plan=git_plan,
     )
 
 
@@ -118,6 +120,8 @@ def test_main_checkout_mounts(host: Host, repo: Path) -> None:
         ("/work/.git/hooks", str(git_dir / "hooks"), True),
         ("/work/.git/config", str(git_dir / "config"), True),
         ("/work/.git/commondir", str(git_dir / "commondir"), True),
+        # No .gitmodules: an empty read-only directory stands in (see gitmounts).
+        ("/work/.gitmodules", str(repo / ".gitmodules"), True),
     ]
     assert plan.labels["org.cloister.git-common-dir"] == str(git_dir)
 
@@ -128,7 +132,7 @@ def test_the_commondir_pin_is_what_git_reads_as_none(host: Host, repo: Path) -> 
     assert pin.read_text(encoding="utf-8") == ".\n"
     assert git.common_dir(repo) == repo / ".git"
     run_git(repo, "commit", "-q", "--allow-empty", "-m", "still works")
-    cloisters.unpin_commondir(repo / ".git")
+    gitmounts.unpin_commondir(repo / ".git")
     assert not pin.exists()
 
 
@@ -136,13 +140,13 @@ def test_a_repository_with_its_own_commondir_is_refused(host: Host, repo: Path) 
     elsewhere = host.home / "elsewhere.git"
     run_git(repo, "init", "-q", "--bare", str(elsewhere))
     (repo / ".git" / "commondir").write_text(f"{elsewhere}\n", encoding="utf-8")
-    with pytest.raises(cloisters.UnusualRepositoryError, match="commondir' exists"):
+    with pytest.raises(gitmounts.UnusualRepositoryError, match="commondir' exists"):
         plan_for(host, main_checkout(repo))
 
 
 def test_unpin_leaves_a_commondir_it_did_not_make(tmp_path: Path) -> None:
     (tmp_path / "commondir").write_text("../..\n", encoding="utf-8")
-    cloisters.unpin_commondir(tmp_path)
+    gitmounts.unpin_commondir(tmp_path)
     assert (tmp_path / "commondir").read_text(encoding="utf-8") == "../..\n"
 
 
@@ -187,6 +191,7 @@ def test_linked_worktree_mounts(host: Host, repo: Path) -> None:
             (str(common / "worktrees"), str(common / "worktrees"), True),
             (str(own / "commondir"), str(own / "commondir"), True),
             (str(own / "gitdir"), str(own / "gitdir"), True),
+            ("/work/.gitmodules", str(workspace.directory / ".gitmodules"), True),
         ]
     )
     gitfile = (workspace.directory / ".git").read_text(encoding="utf-8")
@@ -276,6 +281,7 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
         limits=LIMITS,
         refs=(),
         forbidden=host.forbidden,
+        git_plan=gitmounts.plan(repo, is_git=True, home=host.home),
     )
     uid, gid = os.getuid(), os.getgid()
     assert plan.run_kwargs() == {
@@ -332,6 +338,7 @@ def test_cpu_limit_in_nano_cpus(host: Host, repo: Path, cpus: float, nano_cpus: 
         limits=DefaultsConfig(cpus=cpus),
         refs=(),
         forbidden=host.forbidden,
+        git_plan=gitmounts.GitPlan(),
     )
     kwargs = plan.run_kwargs()
     assert kwargs["nano_cpus"] == nano_cpus

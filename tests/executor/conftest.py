@@ -33,6 +33,8 @@ from cloister_executor.protocol import ExecRefusal, ExecResult
 TIMEOUT = 10.0
 HOST_PATH = os.environ.get("PATH") or DEFAULT_PATH
 ANSWER: TypeAdapter[ExecResult | ExecRefusal] = TypeAdapter(ExecResult | ExecRefusal)
+# The daemon's own tasks, which run until it stops (not requests in flight).
+LONG_LIVED = frozenset({"ExecutorDaemon._accept", "GitGuard.run"})
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT, what: str = "") -> None:
@@ -199,7 +201,7 @@ class DaemonHarness:
                 for task in asyncio.all_tasks()
                 if task is not current
                 and task is not self._task
-                and getattr(task.get_coro(), "__qualname__", "") != "ExecutorDaemon._accept"
+                and getattr(task.get_coro(), "__qualname__", "") not in LONG_LIVED
             }
 
         while tasks := in_flight():

@@ -8,7 +8,7 @@ user so files in ``/work`` stay the user's, with every capability dropped,
 * ``/work`` is the project (or the worktree) read-write; its git directory is a mount
   of its own (so it cannot be renamed away and replaced), and every file through which
   git would run code on the host the next time the human uses it is mounted read-only
-  over it (:func:`git_mounts`);
+  over it (:mod:`cloister_cli.gitmounts`);
 * each project ref is read-only at ``/refs/<name>``;
 * never the docker socket nor a sensitive host path: a project or ref that is, holds
   or sits inside one is refused.
@@ -19,12 +19,11 @@ removed by :func:`stop`, after which the proxy and the gateway refuse it at once
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import docker
@@ -32,12 +31,11 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import Mount
 
-from cloister_cli import git
+from cloister_cli.gitmounts import GitPlan, bind
 from cloister_cli.guardian import CLOISTER_NET
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.errors import CloisterError
-from cloister_core.fileio import atomic_write
 from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
@@ -55,6 +53,11 @@ class CloisterStartError(CloisterError):
     """A cloister cannot be started as asked."""
 
 
+class StopResult(NamedTuple):
+    stopped: bool  # there was a container or a token
+    common_dir: Path | None  # the repository it worked in
+
+
 @dataclass(frozen=True, slots=True)
 class Workspace:
     """The host directory a cloister works in, and how git sees it."""
@@ -66,10 +69,6 @@ class Workspace:
     @property
     def is_worktree(self) -> bool:
         return self.branch is not None
-
-
-def _bind(source: Path, target: PurePosixPath | Path | str, *, read_only: bool) -> Mount:
-    return Mount(target=str(target), source=str(source), type="bind", read_only=read_only)
 
 
 # -- sensitive paths -----------------------------------------------------------------
@@ -115,109 +114,6 @@ class Forbidden:
                     f"refusing to mount {what} {str(path)!r}: it is, holds or sits inside"
                     f" {str(bad)!r}, which a cloister must never see"
                 )
-
-
-# -- git -------------------------------------------------------------------------------
-
-# A main git directory never holds ``commondir``; git would read the repository (config,
-# hooks) from wherever one pointed. "." names the directory itself: git reads it as if
-# there were none, and the read-only mount keeps the agent from writing another.
-COMMONDIR_PIN = ".\n"
-
-
-class UnusualRepositoryError(CloisterStartError):
-    """A git layout whose code-running files Cloister cannot keep out of reach."""
-
-
-def _pin_commondir(common: Path) -> Path:
-    pin = common / "commondir"
-    try:
-        text = pin.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        atomic_write(pin, COMMONDIR_PIN, mode=0o644)
-        return pin
-    if text != COMMONDIR_PIN:
-        raise UnusualRepositoryError(
-            f"{str(pin)!r} exists ({text.strip()!r}): this repository's configuration lives"
-            " elsewhere, and Cloister cannot keep it read-only"
-        )
-    return pin
-
-
-def unpin_commondir(common: Path) -> None:
-    """Remove the pin :func:`git_mounts` made (when no cloister uses the repository)."""
-    pin = common / "commondir"
-    with contextlib.suppress(OSError):
-        if pin.read_text(encoding="utf-8") == COMMONDIR_PIN:
-            pin.unlink()
-
-
-def _protected(common: Path, gitdir: Path, *, worktree_config: bool) -> list[Path]:
-    """What git reads code to run from (or config that names it): read-only, all of it.
-
-    ``hooks`` and ``config`` (``core.hooksPath``, ``core.fsmonitor``, aliases, filters);
-    ``commondir``, which redirects the whole repository; ``worktrees`` and ``modules``,
-    the git directories of the other worktrees and of submodules, each with its own
-    config and pointers; ``config.worktree`` when ``extensions.worktreeConfig`` is on.
-    """
-    hooks = common / "hooks"
-    hooks.mkdir(exist_ok=True)  # a missing directory could be created from inside
-    found = [hooks, common / "config", _pin_commondir(common)]
-    found += [common / name for name in ("worktrees", "modules") if (common / name).is_dir()]
-    for directory in dict.fromkeys((common, gitdir)):
-        per_worktree = directory / "config.worktree"
-        if worktree_config and not per_worktree.exists():
-            per_worktree.touch(mode=0o644)  # else the agent could create it
-        if per_worktree.exists():
-            found.append(per_worktree)
-    if gitdir != common:  # a linked worktree's own pointers
-        found += [gitdir / name for name in ("commondir", "gitdir") if (gitdir / name).exists()]
-    return found
-
-
-class GitMounts(NamedTuple):
-    mounts: list[Mount]
-    common_dir: Path | None
-
-
-def git_mounts(workspace: Workspace) -> GitMounts:
-    """The working tree's git directories, with git's code-running files read-only.
-
-    An agent that could write them would run code on the host the next time the human
-    uses git. A main checkout's ``.git`` is mounted at ``/work/.git`` (a mount point
-    cannot be renamed, so it cannot be swapped for the agent's own); a linked
-    worktree's ``.git`` file is mounted read-only, and the repository's git directory
-    at its own host path, because that is what the file names (so git works inside).
-    """
-    if not workspace.project.git:
-        return GitMounts([], None)
-    directory = workspace.directory
-    where = git.layout(directory)
-    gitdir, common = where.git_dir, where.common_dir
-    dot_git = directory / ".git"
-    if dot_git.is_dir() and gitdir != common:
-        raise UnusualRepositoryError(
-            f"{str(gitdir / 'commondir')!r} exists: this repository's configuration lives"
-            f" in {str(common)!r}, and Cloister cannot keep it read-only"
-        )
-    protected = _protected(common, gitdir, worktree_config=git.worktree_config(directory))
-    if dot_git.is_dir() and gitdir == common:
-        inside = PurePosixPath("/work/.git")
-        return GitMounts(
-            [
-                _bind(common, inside, read_only=False),
-                *(_bind(path, inside / path.relative_to(common), read_only=True)
-                  for path in protected),
-            ],
-            common,
-        )  # fmt: skip
-    if not dot_git.is_file():
-        raise UnusualRepositoryError(f"{str(dot_git)!r} is neither a directory nor a file")
-    mounts = [_bind(dot_git, "/work/.git", read_only=True), _bind(common, common, read_only=False)]
-    if gitdir != common:  # its HEAD and index, under the read-only worktrees/
-        mounts.append(_bind(gitdir, gitdir, read_only=False))
-    mounts += [_bind(path, path, read_only=True) for path in protected]
-    return GitMounts(mounts, common)
 
 
 # -- the container ---------------------------------------------------------------------
@@ -300,7 +196,7 @@ def ref_mounts(workspace: Workspace, refs: Iterable[Path], forbidden: Forbidden)
             suffix += 1
             target = f"{ref.name}-{suffix}"
         taken.add(target)
-        mounts.append(_bind(ref, f"/refs/{target}", read_only=True))
+        mounts.append(bind(ref, f"/refs/{target}", read_only=True))
     return mounts
 
 
@@ -313,12 +209,13 @@ def plan(
     limits: DefaultsConfig,
     refs: Iterable[Path],
     forbidden: Forbidden,
+    git_plan: GitPlan,
 ) -> ContainerPlan:
+    """What ``docker run`` gets; *git_plan* is :func:`gitmounts.plan` of the workspace."""
     forbidden.check(workspace.directory, "the project")
-    git_parts = git_mounts(workspace)
-    for mount in git_parts.mounts:
+    for mount in git_plan.mounts:
         forbidden.check(Path(mount["Source"]), "the git directory")
-    mounts = [_bind(workspace.directory, "/work", read_only=False), *git_parts.mounts]
+    mounts = [bind(workspace.directory, "/work", read_only=False), *git_plan.mounts]
     mounts += ref_mounts(workspace, refs, forbidden)
     uid, gid = os.getuid(), os.getgid()
     return ContainerPlan(
@@ -333,7 +230,7 @@ def plan(
             "org.cloister.project": workspace.project.name,
             "org.cloister.path": str(workspace.directory),
             "org.cloister.branch": workspace.branch or "",
-            GIT_LABEL: str(git_parts.common_dir or ""),
+            GIT_LABEL: str(git_plan.common_dir or ""),
         },
         limits=limits,
         # A home the user owns, whatever uid the image was built with.
@@ -418,22 +315,21 @@ def new_token(workspace: Workspace, name: str) -> TokenRecord:
     )
 
 
-def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> bool:
-    """Remove the container and its token; False if there was neither.
-
-    The repository's ``commondir`` pin goes when no other cloister uses it.
-    """
+def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> StopResult:
+    """Remove the container and its token."""
     container = find(client, name)
-    removed = False
+    common: Path | None = None
     if container is not None:
-        common = container.labels.get(GIT_LABEL)
+        label = container.labels.get(GIT_LABEL)
+        common = Path(label) if label else None
         container.remove(force=True)
-        removed = True
-        if common:
-            others = client.containers.list(all=True, filters={"label": f"{GIT_LABEL}={common}"})
-            if not others:
-                unpin_commondir(Path(common))
-    return remove_token_file(paths.tokens_dir, name) or removed
+    token = remove_token_file(paths.tokens_dir, name)
+    return StopResult(container is not None or token, common)
+
+
+def repository_in_use(client: docker.DockerClient, common: Path) -> bool:
+    """Whether a cloister (of any state) still works in the repository *common*."""
+    return bool(client.containers.list(all=True, filters={"label": f"{GIT_LABEL}={common}"}))
 
 
 def age(created: str) -> str:

@@ -1,30 +1,49 @@
 """The git operations the CLI needs, as argv calls of the ``git`` program.
 
-Every call runs ``git -C <dir> ...`` without a shell; errors become :class:`GitError`
-with git's own message.
+Every call runs ``git -C <dir> ...`` without a shell, with the hardened settings of
+:mod:`cloister_core.gitsafety` (no fsmonitor, no hooks, no submodule recursion): the
+repositories Cloister reads may hold what an agent planted. Errors become
+:class:`GitError` with git's own message.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from cloister_core.errors import CloisterError
+from cloister_core.gitsafety import git_environment
+
+GIT_TIMEOUT = 60.0
 
 
 class GitError(CloisterError):
     """A git command failed; the message is git's."""
 
 
-def _git(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _git(
+    directory: Path, *args: str, check: bool = True, hooks: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``git -C directory ARGS``, hardened; *hooks* keeps the repository's hooks setting
+    (only for reading it: the hardened one points it at nothing)."""
     program = shutil.which("git")
     if program is None:
         raise GitError("git is not installed")
-    result = subprocess.run(
-        [program, "-C", str(directory), *args], capture_output=True, text=True, check=False
-    )
+    try:
+        result = subprocess.run(
+            [program, "-C", str(directory), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=git_environment(os.environ, hooks=hooks),
+            stdin=subprocess.DEVNULL,
+            timeout=GIT_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {' '.join(args)} took over {GIT_TIMEOUT:g}s in {directory}") from None
     if check and result.returncode != 0:
         raise GitError(f"git {' '.join(args)} failed in {directory}: {result.stderr.strip()}")
     return result
@@ -122,4 +141,52 @@ def list_worktrees(repository: Path) -> list[tuple[Path, str | None]]:
         elif not line and path is not None:
             found.append((path, branch))
             path = None
+    return found
+
+
+def hooks_directory(worktree: Path) -> Path:
+    """Where git looks for this work tree's hooks (``core.hooksPath`` honoured)."""
+    path = Path(_git(worktree, "rev-parse", "--git-path", "hooks", hooks=True).stdout.strip())
+    return path if path.is_absolute() else worktree / path
+
+
+@dataclass(frozen=True, slots=True)
+class Include:
+    """An ``include.path`` or ``includeIf.<condition>.path`` of the config git reads."""
+
+    origin: Path  # the file that holds it
+    value: str  # as written
+
+
+def includes(worktree: Path) -> list[Include]:
+    """Every include git would follow in *worktree*, whatever its condition."""
+    result = _git(
+        worktree,
+        "config",
+        "--includes",
+        "--show-origin",
+        "--null",
+        "--get-regexp",
+        r"^include(if\..*)?\.path$",
+        check=False,
+    )
+    found = []
+    fields = result.stdout.split("\0")
+    # --null: "file:<origin>" NUL "<key>\n<value>" NUL ...
+    for origin, entry in zip(fields[0::2], fields[1::2], strict=False):
+        if not origin.startswith("file:"):
+            continue
+        _, _, value = entry.partition("\n")
+        found.append(Include(Path(origin.removeprefix("file:")), value))
+    return found
+
+
+def gitlinks(worktree: Path) -> list[str]:
+    """Paths of the gitlinks (submodule entries) in the work tree's index."""
+    output = _git(worktree, "ls-files", "--stage", "-z").stdout
+    found = []
+    for entry in output.split("\0"):
+        meta, _, path = entry.partition("\t")
+        if meta.startswith("160000 "):
+            found.append(path)
     return found

@@ -18,8 +18,9 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from cloister_cli import cloisters, git, projects
+from cloister_cli import cloisters, git, projects, sessions
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
+from cloister_cli.gitmounts import Protection
 from cloister_cli.guardian import Guardian
 from cloister_cli.hub_client import HubClient, HubError
 from cloister_cli.images import (
@@ -35,6 +36,7 @@ from cloister_core.config.models import GlobalConfig
 from cloister_core.errors import CloisterError
 from cloister_core.names import cloister_name, sanitize_branch
 from cloister_core.paths import CloisterPaths
+from cloister_core.sessions import read_session
 
 Progress = Callable[[str, str], None]  # (what, line)
 
@@ -164,6 +166,7 @@ class StartOutcome:
     workspace: Workspace
     created: bool
     warnings: tuple[str, ...]
+    protections: tuple[Protection, ...] = ()
 
 
 def workspace_for(
@@ -214,29 +217,47 @@ def start(
                 f"cloister {name!r} already runs for {existing.labels.get('org.cloister.path')};"
                 " choose another project name with -p NAME"
             )
+        if existing.status == "paused":
+            raise CloisterStartError(
+                f"cloister {name!r} was paused by Cloister's git guard: it planted something"
+                f" in the repository; see `cloister review {name}`, then `cloister stop {name}`"
+            )
         if existing.status == "running" and context.paths.token_file(name).exists():
             return StartOutcome(name, existing.name or "", workspace, False, tuple(warnings))
-        cloisters.stop(context.docker, context.paths, name)  # a dead one: start afresh
+        stop(context, name)  # a dead one: start afresh
     ensure_guardian(context, progress)
     chosen_image = image or context.config.defaults.image
     ensure_agent_image(context, chosen_image, progress)
     project_config = load_project_config(context.paths, workspace.project.name)
     record = cloisters.new_token(workspace, name)
-    plan = cloisters.plan(
-        workspace,
-        name,
-        record,
-        image=chosen_image,
-        limits=context.config.defaults,
-        refs=[Path(ref) for ref in project_config.refs],
-        forbidden=Forbidden.for_host(context.paths, context.home),
-    )
-    container = cloisters.create(context.docker, context.paths, plan, record)
+    prepared = sessions.prepare(context.paths, workspace, name, home=context.home)
+    try:
+        plan = cloisters.plan(
+            workspace,
+            name,
+            record,
+            image=chosen_image,
+            limits=context.config.defaults,
+            refs=[Path(ref) for ref in project_config.refs],
+            forbidden=Forbidden.for_host(context.paths, context.home),
+            git_plan=prepared.git_plan,
+        )
+        container = cloisters.create(context.docker, context.paths, plan, record)
+    except BaseException:
+        sessions.release(context.docker, context.paths, prepared.session, held=False)
+        raise
     try:
         context.hub.register(record)
     except HubError as error:
         warnings.append(f"the approval UI will not list this cloister: {error}")
-    return StartOutcome(name, container.name or plan.container, workspace, True, tuple(warnings))
+    return StartOutcome(
+        name,
+        container.name or plan.container,
+        workspace,
+        True,
+        tuple(warnings),
+        tuple(prepared.git_plan.protections),
+    )
 
 
 # -- finding and stopping ------------------------------------------------------------------
@@ -257,11 +278,25 @@ def name_for_directory(context: Context, directory: Path) -> str:
     return best[1]
 
 
-def stop(context: Context, name: str) -> bool:
-    """Remove the cloister and revoke its token everywhere; False if there was none."""
-    stopped = cloisters.stop(context.docker, context.paths, name)
+@dataclass(frozen=True, slots=True)
+class StopOutcome:
+    stopped: bool
+    report: sessions.Report | None  # None: no session record (an older cloister)
+    guard_held: bool
+
+
+def stop(context: Context, name: str) -> StopOutcome:
+    """Remove the cloister, revoke its token everywhere, and review what it left."""
+    result = cloisters.stop(context.docker, context.paths, name)
     # The hub may be down or never have known it: the token file is gone either way.
     with contextlib.suppress(HubError):
         context.hub.revoke(name)
     context.guardian.reload_proxy()  # closes its open tunnels now
-    return stopped
+    session = read_session(context.paths, name)
+    if session is None:
+        if result.common_dir is not None:
+            sessions.release_repository(context.docker, context.paths, result.common_dir)
+        return StopOutcome(result.stopped, None, False)
+    report = sessions.report(context.paths, session, sessions.review_target(session))
+    sessions.release(context.docker, context.paths, session, held=report.holds_guard)
+    return StopOutcome(result.stopped, report, report.holds_guard)

@@ -21,6 +21,7 @@ COMMANDS = {
     "list": "cloister:list_command",
     "path": "cloister:path_command",
     "stop": "cloister:stop",
+    "review": "review:review",
     "guardian": "guardian:guardian",
     "project": "project:project",
     "worktree": "worktree:worktree",

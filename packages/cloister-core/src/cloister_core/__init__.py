@@ -12,6 +12,7 @@ documented in this package's README; submodules hold the details:
 ``tokens``     cloister tokens and the constant-time registry
 ``names``      project, cloister, branch and container names
 ``commands``   hostexec canonical commands and pattern verdicts
+``gitsafety``  the environment and the argv rules for git the host runs for the agent
 ``audit``      the JSON-lines audit log
 """
 
@@ -36,6 +37,14 @@ from cloister_core.errors import (
     InvalidCommandError,
     InvalidHostError,
     TokenError,
+)
+from cloister_core.gitsafety import (
+    HARDENED_GIT_CONFIG,
+    UnsafeGitCommandError,
+    check_git_argv,
+    git_environment,
+    hardened_git_config,
+    is_git_program,
 )
 from cloister_core.hosts import (
     DomainPattern,
@@ -65,6 +74,7 @@ from cloister_core.tokens import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "HARDENED_GIT_CONFIG",
     "AuditLog",
     "CloisterError",
     "CloisterNameError",
@@ -89,12 +99,17 @@ __all__ = [
     "TokenError",
     "TokenRecord",
     "TokenRegistry",
+    "UnsafeGitCommandError",
     "Verdict",
     "build_policy",
     "canonical_command",
+    "check_git_argv",
     "cloister_name",
     "container_name",
     "generate_token",
+    "git_environment",
+    "hardened_git_config",
+    "is_git_program",
     "load_decision_file",
     "load_global_config",
     "load_project_config",

@@ -5,7 +5,8 @@ Two roots, each overridable for tests and for the guardian containers:
 * ``<config>``: ``$CLOISTER_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/cloister``, else
   ``~/.config/cloister``. Human-authored config, machine-written decisions, tokens.
 * ``<data>``: ``$CLOISTER_DATA_DIR``, else ``$XDG_DATA_HOME/cloister``, else
-  ``~/.local/share/cloister``. Audit log, per-cloister logs, worktrees, rendered stack.
+  ``~/.local/share/cloister``. Audit log, per-cloister logs, worktrees, rendered stack,
+  session records, quarantined files.
 
 XDG is used on every platform (also macOS), as the original tool does, so that the
 paths printed in docs and error messages are the same everywhere. The environment is
@@ -124,6 +125,24 @@ class CloisterPaths:
             / validate_name(project, what="project")
             / validate_name(branch_dir, what="branch directory")
         )
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.data_dir / "sessions"
+
+    def session_file(self, cloister: str) -> Path:
+        return self.sessions_dir / f"{validate_name(cloister, what='cloister')}.json"
+
+    def session_events(self, cloister: str) -> Path:
+        return self.sessions_dir / f"{validate_name(cloister, what='cloister')}.events"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.data_dir / "quarantine"
+
+    @property
+    def git_guard_config(self) -> Path:
+        return self.data_dir / "git-guard.gitconfig"
 
     @property
     def guardian_dir(self) -> Path:

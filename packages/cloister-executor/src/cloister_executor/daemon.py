@@ -11,7 +11,10 @@ Every request must carry the stack's secret (``<data>/run/executor.secret``, 060
 compared in constant time, never logged) and a cloister token; the command runs in
 that cloister's host directory as recorded in ``<config>/tokens`` on this host —
 never a directory from the request — with a minimal environment, a timeout that kills
-its process group, and capped output. Requests are served concurrently.
+its process group, and capped output. Requests are served concurrently. In a git
+project the checks of :mod:`cloister_executor.hostgit` come first and last, and the
+git guard (:mod:`cloister_executor.guard`) watches the repositories of running
+cloisters for as long as the daemon runs.
 """
 
 from __future__ import annotations
@@ -38,8 +41,12 @@ from cloister_core.config.models import Duration, HostexecConfig
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.tokens import TokenRecord
 from cloister_core.watch import TokenDirectory, file_signature
+from cloister_executor.engine import Engine
 from cloister_executor.environment import command_environment
+from cloister_executor.guard import GitGuard
+from cloister_executor.hostgit import ProjectChecks
 from cloister_executor.locations import secret_path, socket_path
 from cloister_executor.protocol import (
     MAX_REQUEST_BYTES,
@@ -79,6 +86,16 @@ class ExecutorSettings(BaseSettings):
     )
     max_timeout: Duration = Field(
         default=timedelta(hours=1), description="no command runs longer, whatever is asked"
+    )
+    guard: bool = Field(
+        default=True,
+        description="guard the git directories of running cloisters (undo planted links,"
+        " quarantine repositories at gitlink paths, pause a cloister that plants links)",
+    )
+    docker_host: str | None = Field(
+        default=None,
+        description="the Docker engine the guard pauses cloisters through (default: the"
+        " DOCKER_HOST of the environment, else unix:///var/run/docker.sock)",
     )
     background: bool = Field(
         default=False,
@@ -144,6 +161,17 @@ class ExecutorDaemon:
         self._secret = ""
         self.socket_path = socket_path(self._paths)
         self.tcp_address: tuple[str, int] | None = None
+        self.guard = (
+            GitGuard(
+                self._paths,
+                report,
+                Engine(settings.docker_host or self._host_env.get("DOCKER_HOST")),
+                mode=lambda: self._hostexec_config().git_guard,
+            )
+            if settings.guard
+            else None
+        )
+        self._projects = ProjectChecks(self._paths, self.guard, report)
 
     def _hostexec_config(self) -> HostexecConfig:
         signature = file_signature(self._paths.config_file)
@@ -170,15 +198,28 @@ class ExecutorDaemon:
         ):
             self._report("refused a request with a wrong secret")
             return ExecRefusal(reason="wrong secret")
-        prepared = self._prepare(request)
+        found = self._record(request)
+        if isinstance(found, ExecRefusal):
+            return found
+        record, cwd = found
+        config = self._hostexec_config()
+        env = command_environment(self._host_env, config.env_passthrough, record)
+        prepared = await self._projects.before(record.cloister, request.argv, env, config)
         if isinstance(prepared, ExecRefusal):
             return prepared
-        cwd, env = prepared
         timeout = min(request.timeout_seconds, self._settings.max_timeout.total_seconds())
-        return await run_command(request.argv, cwd=cwd, env=env, timeout_seconds=timeout)
+        result = await run_command(
+            request.argv,
+            cwd=cwd,
+            env=prepared.env,
+            timeout_seconds=timeout,
+            preexec=prepared.preexec,
+        )
+        withheld = await self._projects.after(prepared)
+        return ExecRefusal(reason=withheld) if withheld else result
 
-    def _prepare(self, request: ExecRequest) -> tuple[Path, dict[str, str]] | ExecRefusal:
-        """The cloister's directory (from its token file, never the request) and env."""
+    def _record(self, request: ExecRequest) -> tuple[TokenRecord, Path] | ExecRefusal:
+        """The cloister and its directory (from its token file, never the request)."""
         self._tokens.refresh()
         record = self._tokens.registry.lookup(request.token)
         if record is None:
@@ -186,8 +227,7 @@ class ExecutorDaemon:
         cwd = Path(record.path)
         if not cwd.is_dir():
             return ExecRefusal(reason=f"the cloister's directory {str(cwd)!r} does not exist")
-        config = self._hostexec_config()
-        return cwd, command_environment(self._host_env, config.env_passthrough, record)
+        return record, cwd
 
     async def _handle(self, conn: socket.socket) -> None:
         try:
@@ -272,10 +312,14 @@ class ExecutorDaemon:
             listeners.append(self._unix_listener())
             if tcp is not None:
                 listeners.append(self._tcp_listener(tcp))
-            self._write_state()
             async with asyncio.TaskGroup() as tasks:
                 for listener in listeners:
                     tasks.create_task(self._accept(listener, tasks))
+                if self.guard is not None:
+                    tasks.create_task(self.guard.run())
+                # The line first: whoever waits for the state file then finds it in the log.
+                self._report(f"listening on {self.socket_path}")
+                self._write_state()
                 if ready is not None:
                     ready()
         finally:
@@ -300,9 +344,7 @@ async def run(settings: ExecutorSettings) -> None:
             loop.add_signal_handler(signum, stop.set)
     daemon = ExecutorDaemon(settings, _report)
     async with asyncio.TaskGroup() as tasks:
-        serving = tasks.create_task(
-            daemon.serve(ready=lambda: _report(f"listening on {daemon.socket_path}"))
-        )
+        serving = tasks.create_task(daemon.serve())
         await stop.wait()
         serving.cancel()
 

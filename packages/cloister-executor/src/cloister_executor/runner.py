@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from cloister_executor.protocol import OUTPUT_CAP, ExecResult
@@ -81,7 +82,10 @@ def _check(argv: Sequence[str], cwd: Path) -> None:
 
 
 async def _spawn(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str]
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    preexec: Callable[[], None] | None = None,
 ) -> tuple[asyncio.subprocess.Process, int, int]:
     """Start *argv* in its own session; returns it and the read ends of its output pipes."""
     _check(argv, cwd)
@@ -98,6 +102,7 @@ async def _spawn(
             stdout=out_write,
             stderr=err_write,
             start_new_session=True,
+            preexec_fn=preexec,
         )
     except BaseException as error:
         os.close(out_read)
@@ -106,6 +111,8 @@ async def _spawn(
             raise _SpawnError(127, f"command not found: {argv[0]}") from None
         if isinstance(error, PermissionError):
             raise _SpawnError(126, f"permission denied: {argv[0]}") from None
+        if isinstance(error, subprocess.SubprocessError):  # the preexec step failed
+            raise _SpawnError(126, f"cannot confine {argv[0]}'s writes: {error}") from None
         if isinstance(error, OSError | ValueError):
             raise _SpawnError(126, f"cannot run {argv[0]}: {error}") from None
         raise
@@ -165,12 +172,16 @@ async def run_command(
     env: Mapping[str, str],
     timeout_seconds: float,
     cap: int = OUTPUT_CAP,
+    preexec: Callable[[], None] | None = None,
 ) -> ExecResult:
-    """Run *argv* in *cwd* with exactly *env*; never raises for the command's failures."""
+    """Run *argv* in *cwd* with exactly *env*; never raises for the command's failures.
+
+    *preexec* runs in the child before the program (the Landlock confinement).
+    """
     started = time.monotonic()
     out, err = _Capture(cap), _Capture(cap)
     try:
-        process, out_read, err_read = await _spawn(argv, cwd, env)
+        process, out_read, err_read = await _spawn(argv, cwd, env, preexec)
     except _SpawnError as refused:
         return ExecResult(
             exit_code=refused.exit_code,

@@ -10,6 +10,7 @@ import click
 
 from cloister_cli import cloisters, lifecycle
 from cloister_cli.commands.output import build_progress, console, note, print_json, warn
+from cloister_cli.commands.review import print_report
 from cloister_cli.lifecycle import Context
 
 
@@ -56,6 +57,12 @@ def start(
         )
     for message in outcome.warnings:
         warn(message)
+    if outcome.protections:
+        protected = "; ".join(
+            f"{item.path.relative_to(outcome.workspace.directory)} ({item.reason})"
+            for item in outcome.protections
+        )
+        note(f"read-only in the cloister, as your git runs code from it: {protected}")
     verb = "started" if outcome.created else "already running"
     note(
         f"cloister {click.style(outcome.name, bold=True)} {verb} ({outcome.container});"
@@ -146,7 +153,16 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
         else [name or lifecycle.name_for_directory(context, Path.cwd())]
     )
     for each in names:
-        if lifecycle.stop(context, each):
-            click.echo(f"stopped {each}")
-        else:
+        outcome = lifecycle.stop(context, each)
+        if not outcome.stopped:
             raise click.ClickException(f"no cloister {each!r} (`cloister list`)")
+        click.echo(f"stopped {each}")
+        if outcome.report is not None:
+            print_report(outcome.report, who=f"cloister {each}")
+        if outcome.guard_held:
+            warn(
+                "git's guard stays in this repository (your git does not enter submodules)"
+                f" until `cloister review {each} --fix` has dealt with these"
+            )
+        elif outcome.report is not None and outcome.report.findings:
+            note(f"`cloister review {each}` shows them again")

@@ -27,6 +27,7 @@ from cloister_core.errors import InvalidHostError
 from cloister_core.hosts import normalize_host, normalize_pattern
 
 UnlistedDomainBehavior = Literal["request_approval", "reject"]
+GitGuardMode = Literal["pause", "undo"]
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -198,6 +199,13 @@ class HostexecConfig(CommandRules):
     # Host environment variables passed to approved commands (besides PATH, HOME, USER,
     # LOGNAME, LANG and LC_*); everything else of the host's environment stays out.
     env_passthrough: Annotated[tuple[str, ...], EmptyIfNull] = ()
+    # Whether git run by hostexec runs the repository's hooks (off: a hook is code from
+    # the project, and hooks in the work tree are the agent's to change).
+    git_hooks: bool = False
+    # When a cloister plants a link in its repository's git directory, the host daemon
+    # removes it and refuses the cloister's hostexec commands; "pause" also freezes the
+    # container (docker pause), "undo" does not.
+    git_guard: GitGuardMode = "pause"
 
     @field_validator("env_passthrough")
     @classmethod

@@ -1,0 +1,131 @@
+"""``cloister review``: what a cloister left that would run code or read outside the project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cloister_cli import sessions
+from cloister_cli.commands.output import note, print_json, warn
+from cloister_cli.lifecycle import Context
+from cloister_cli.review import ReviewTarget
+from cloister_core.errors import CloisterError
+
+FOUND_EXIT = 3  # something was found (1 is an error, 2 a usage error)
+
+
+def _report_json(report: sessions.Report, actions: list[str]) -> dict[str, Any]:
+    session = report.session
+    return {
+        "cloister": session.cloister if session else None,
+        "worktree": str(report.target.worktree),
+        "baseline": session is not None,
+        "findings": [finding.to_json() for finding in report.findings],
+        "guard_events": [event.model_dump(mode="json") for event in report.events],
+        "guard_held": bool(session and session.guard_held) and report.holds_guard,
+        "fixed": actions,
+    }
+
+
+LABELS = {"runs-code": "runs code", "reads-outside": "reads outside", "review": "to review"}
+
+
+def print_report(report: sessions.Report, *, who: str) -> None:
+    """The findings for a person, on stderr: what the guard undid, then what is left."""
+    for event in report.events:
+        note(f"while it ran, Cloister {event.action} {event.path}: {event.detail}")
+        for finding in report.moved.get(event.path, []):
+            note(f"  it would have run: {finding.summary}")
+    if not report.findings:
+        return
+    count = len(report.findings)
+    warn(
+        f"{who} left {count} thing{'s' if count != 1 else ''} that would run code or read"
+        " outside the project the next time you use git or open it:"
+    )
+    for finding in report.findings:
+        note(f"  {LABELS[finding.severity]:<14} {finding.path}")
+        note(f"  {'':<14} {finding.summary}")
+        for line in finding.details:
+            if line != finding.summary:
+                note(f"  {'':<14}   {line}")
+        if finding.fix is not None:
+            note(f"  {'':<14} --fix: {finding.fix.description}")
+
+
+@click.command("review")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option(
+    "--fix",
+    "fix",
+    is_flag=True,
+    help="Neutralise what is safe to (moved to the quarantine, never deleted).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before --fix changes anything.")
+@click.pass_obj
+def review(context: Context, name: str | None, as_json: bool, fix: bool, yes: bool) -> None:
+    """Show what a cloister left that would run code or read outside the project.
+
+    Compares the work tree and the git directory with what they held when the
+    cloister started (the human's own setup is never reported): nested
+    repositories with code-running config, gitlinks, links in .git, hook
+    configuration, .envrc, VS Code tasks run on folder open, and more.
+    `cloister stop` runs it too. Exits with status 3 when something is found.
+
+    \b
+    Examples:
+      cloister review                 # the cloister of this directory
+      cloister review my-api --json
+      cloister review my-api --fix    # asks first; --yes for scripts
+    """
+    session = sessions.find(context.paths, name, Path.cwd())
+    if session is None and name is not None:
+        raise CloisterError(f"no session of cloister {name!r} (`cloister list`)")
+    if session is None:
+        note("no cloister has worked here: everything found is listed")
+    target = sessions.review_target(session) if session else _unknown_directory(Path.cwd())
+    who = f"cloister {session.cloister}" if session else "this project"
+    report = sessions.report(context.paths, session, target)
+    actions: list[str] = []
+    if fix and any(finding.fix for finding in report.findings):
+        report, actions = _fix(context, report, who=who, quiet=as_json, yes=yes)
+        who = "what is left"
+    if as_json:
+        print_json(_report_json(report, actions))
+    else:
+        print_report(report, who=who)
+        if not report.findings:
+            click.echo("nothing found" if not actions else "nothing left")
+    if report.findings:
+        raise SystemExit(FOUND_EXIT)
+
+
+def _fix(
+    context: Context, report: sessions.Report, *, who: str, quiet: bool, yes: bool
+) -> tuple[sessions.Report, list[str]]:
+    """Show, confirm, apply; the report after, and what was done."""
+    if not quiet:
+        print_report(report, who=who)
+    plan = "\n".join(f"  {finding.fix.description}" for finding in report.findings if finding.fix)
+    if not yes and not click.confirm(f"Cloister will:\n{plan}\nGo ahead?", err=True):
+        raise SystemExit(1)
+    outcome = sessions.fix(context.docker, context.paths, report)
+    if not quiet:
+        for action in outcome.actions:
+            note(action)
+        if outcome.released:
+            note("the git guard is removed from this repository")
+    return outcome.after, outcome.actions
+
+
+def _unknown_directory(directory: Path) -> ReviewTarget:
+    from cloister_cli import git  # noqa: PLC0415 - only for a directory without a session
+
+    top = git.toplevel(directory)
+    if top is None:
+        return ReviewTarget(directory.resolve(), None, None)
+    layout = git.layout(top)
+    return ReviewTarget(top, layout.git_dir, layout.common_dir)

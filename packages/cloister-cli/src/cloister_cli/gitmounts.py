@@ -1,0 +1,342 @@
+"""A cloister's git directories, with everything host git would run code from read-only.
+
+Whatever the agent can write in ``/work`` is hostile input to the git the human runs
+on the host afterwards (and to ``hostexec git``). So a cloister gets:
+
+* the repository's git directory as a mount of its own (it cannot be renamed away and
+  replaced), with ``hooks``, ``config``, a pinned ``commondir``, the other worktrees'
+  and the submodules' git directories, ``config.worktree`` and, for a linked
+  worktree, its ``.git`` file and pointers read-only (:func:`_git_directory_files`);
+* the code-running paths that live in the work tree read-only (:func:`_tree_paths`):
+  a ``core.hooksPath`` inside the project (husky's ``.husky`` whole), the files a hook
+  framework reads to decide what to run (``.pre-commit-config.yaml``, lefthook's,
+  overcommit's), every ``include.path``/``includeIf`` target inside the project or
+  the git directory, ``.gitmodules`` (git takes per-submodule settings from it, which
+  would override the guard of :mod:`cloister_cli.gitguard`; when there is none, an
+  empty read-only directory stands in, so git never falls back to the index's copy,
+  which the agent writes), and the git directories of repositories nested in the
+  project when the cloister starts (config and hooks, or the ``.git`` file).
+
+A missing directory or include target is created empty first (a *placeholder*), so
+the agent cannot create it either; placeholders are removed when the last cloister of
+the repository stops, if still empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from docker.types import Mount
+
+from cloister_cli import git
+from cloister_core.errors import CloisterError
+from cloister_core.fileio import atomic_write
+
+WORK = PurePosixPath("/work")
+# A main git directory never holds ``commondir``; git would read the repository (config,
+# hooks) from wherever one pointed. "." names the directory itself: git reads it as if
+# there were none, and the read-only mount keeps the agent from writing another.
+COMMONDIR_PIN = ".\n"
+# Files hook frameworks read to decide what a hook runs, by the word their hook holds.
+HOOK_FRAMEWORKS: dict[str, tuple[str, ...]] = {
+    "pre-commit": (".pre-commit-config.yaml",),
+    "lefthook": (
+        *(f"{stem}.{ext}" for stem in ("lefthook", ".lefthook", "lefthook-local",
+                                       ".lefthook-local")
+          for ext in ("yml", "yaml", "json", "toml")),
+        ".lefthook", ".lefthook-local",
+    ),
+    "overcommit": (".overcommit.yml",),
+}  # fmt: skip
+# More nested repositories than this are left to `cloister review` (each costs mounts).
+MAX_NESTED = 64
+
+
+class UnusualRepositoryError(CloisterError):
+    """A git layout whose code-running files Cloister cannot keep out of reach."""
+
+
+def bind(source: Path, target: PurePosixPath | Path | str, *, read_only: bool) -> Mount:
+    return Mount(target=str(target), source=str(source), type="bind", read_only=read_only)
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """A path of the work tree kept read-only, and why (told to the user)."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(slots=True)
+class GitPlan:
+    """The git part of a cloister: mounts, and what was protected or created."""
+
+    mounts: list[Mount] = field(default_factory=list)
+    layout: git.Layout | None = None
+    protections: list[Protection] = field(default_factory=list)
+    placeholders: list[Path] = field(default_factory=list)
+    gitlinks: list[str] = field(default_factory=list)
+
+    @property
+    def common_dir(self) -> Path | None:
+        return self.layout.common_dir if self.layout else None
+
+
+# -- the commondir pin -------------------------------------------------------------------
+
+
+def _pin_commondir(common: Path) -> Path:
+    pin = common / "commondir"
+    try:
+        text = pin.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        atomic_write(pin, COMMONDIR_PIN, mode=0o644)
+        return pin
+    if text != COMMONDIR_PIN:
+        raise UnusualRepositoryError(
+            f"{str(pin)!r} exists ({text.strip()!r}): this repository's configuration lives"
+            " elsewhere, and Cloister cannot keep it read-only"
+        )
+    return pin
+
+
+def unpin_commondir(common: Path) -> None:
+    """Remove the pin :func:`plan` made (when no cloister uses the repository)."""
+    pin = common / "commondir"
+    with contextlib.suppress(OSError):
+        if pin.read_text(encoding="utf-8") == COMMONDIR_PIN:
+            pin.unlink()
+
+
+def remove_placeholders(placeholders: Iterable[Path]) -> None:
+    """Remove what :func:`plan` created, if it is still empty (deepest first)."""
+    for path in sorted(placeholders, key=lambda item: len(item.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            if path.is_symlink():
+                continue
+            if path.is_dir():
+                path.rmdir()  # only when empty
+            elif path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+
+
+# -- the git directory ---------------------------------------------------------------------
+
+
+def _git_directory_files(
+    plan: GitPlan, common: Path, gitdir: Path, *, per_worktree: bool
+) -> list[Path]:
+    """What git reads code to run from (or config that names it) in the git directory.
+
+    ``hooks`` and ``config`` (``core.hooksPath``, ``core.fsmonitor``, aliases, filters);
+    ``commondir``, which redirects the whole repository; ``worktrees`` and ``modules``,
+    the git directories of the other worktrees and of submodules, each with its own
+    config and pointers; ``config.worktree`` when ``extensions.worktreeConfig`` is on.
+    """
+    hooks = common / "hooks"
+    if not hooks.exists():
+        hooks.mkdir()  # a missing directory could be created from inside
+    found = [hooks, common / "config", _pin_commondir(common)]
+    found += [common / name for name in ("worktrees", "modules") if (common / name).is_dir()]
+    for directory in dict.fromkeys((common, gitdir)):
+        config_worktree = directory / "config.worktree"
+        if per_worktree and not config_worktree.exists():
+            config_worktree.touch(mode=0o644)  # else the agent could create it
+        if config_worktree.exists():
+            found.append(config_worktree)
+    if gitdir != common:  # a linked worktree's own pointers
+        found += [gitdir / name for name in ("commondir", "gitdir") if (gitdir / name).exists()]
+    return found
+
+
+# -- code-running paths in the work tree -----------------------------------------------------
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return path == directory or directory in path.parents
+
+
+def _through_symlink(path: Path, root: Path) -> bool:
+    """Whether a component of *path* below *root* is a symbolic link (the agent could
+    repoint it, whatever is mounted where it points now)."""
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            return True
+    return False
+
+
+@dataclass(slots=True)
+class _TreeScan:
+    """Finds what to protect in one work tree; collects mounts, reasons and placeholders."""
+
+    plan: GitPlan
+    worktree: Path
+    roots: tuple[Path, ...]  # the work tree and the git directories: where the agent writes
+    already: list[Path]  # read-only already (the git directory's files)
+
+    def covered(self, path: Path) -> bool:
+        return any(_inside(path, done) for done in self.already)
+
+    def protect(
+        self, path: Path, reason: str, *, directory: bool = False, tell: bool = True
+    ) -> None:
+        """Make *path* read-only (creating it empty when missing), if the agent could write
+        it; *tell* lists it in the line ``cloister start`` prints."""
+        root = next((root for root in self.roots if _inside(path, root)), None)
+        if root is None or path == root or self.covered(path):
+            return
+        if _through_symlink(path, root):
+            raise UnusualRepositoryError(
+                f"{str(path)!r} ({reason}) is reached through a symbolic link inside the"
+                " project, which the agent could point elsewhere; make it a real path"
+            )
+        if not path.exists():
+            if directory:
+                path.mkdir(parents=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch(mode=0o644)
+            self.plan.placeholders.append(path)
+        self.already.append(path)
+        self.plan.mounts.append(bind(path, self.container_path(path), read_only=True))
+        if tell and _inside(path, self.worktree):
+            self.plan.protections.append(Protection(path, reason))
+
+    def container_path(self, path: Path) -> PurePosixPath | Path:
+        if _inside(path, self.worktree):
+            return WORK / path.relative_to(self.worktree).as_posix()
+        layout = self.plan.layout
+        if layout is not None and layout.git_dir == layout.common_dir:  # main: at /work/.git
+            return WORK / ".git" / path.relative_to(layout.common_dir).as_posix()
+        return path  # a linked worktree's repository is mounted at its host path
+
+
+def _hook_frameworks(hooks: Path) -> set[str]:
+    """Which hook frameworks installed the hooks in *hooks* (by what their scripts say)."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError), os.scandir(hooks) as entries:
+        for entry in entries:
+            if entry.name.endswith(".sample") or not entry.is_file(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                head = Path(entry.path).read_bytes()[:16384].decode("utf-8", "replace")
+                found.update(name for name in HOOK_FRAMEWORKS if name in head)
+    return found
+
+
+def _include_target(include: git.Include, worktree: Path, home: Path) -> Path | None:
+    value = include.value
+    if value.startswith("~/"):
+        return home / value[2:]
+    if value.startswith("%(prefix)/"):
+        return None  # relative to git's install prefix: not the project
+    origin = include.origin if include.origin.is_absolute() else worktree / include.origin
+    target = Path(value)
+    return target if target.is_absolute() else origin.parent / target
+
+
+def _tree_paths(scan: _TreeScan, layout: git.Layout, home: Path) -> None:
+    worktree = scan.worktree
+    hooks = Path(os.path.normpath(git.hooks_directory(worktree)))
+    if _inside(hooks, worktree) and not _inside(hooks, worktree / ".git"):
+        husky = worktree / ".husky"
+        if _inside(hooks, husky):  # husky's hooks run the scripts beside them
+            scan.protect(husky, "husky runs your hooks from it", directory=True)
+        else:
+            scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
+    elif hooks != layout.common_dir / "hooks":
+        scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
+    for framework in sorted(_hook_frameworks(hooks)):
+        for name in HOOK_FRAMEWORKS[framework]:
+            if (worktree / name).exists():
+                scan.protect(worktree / name, f"your {framework} hook runs what it lists")
+    for include in git.includes(worktree):
+        target = _include_target(include, worktree, home)
+        if target is not None:
+            scan.protect(Path(os.path.normpath(target)), "your git config includes it")
+    gitmodules = worktree / ".gitmodules"
+    if gitmodules.is_symlink():
+        raise UnusualRepositoryError(
+            f"{str(gitmodules)!r} is a symbolic link: git ignores it and reads the index's"
+            " copy, which the agent could write; make it a file"
+        )
+    if gitmodules.is_dir() and not any(gitmodules.iterdir()):
+        scan.plan.placeholders.append(gitmodules)  # a stand-in an earlier start left
+    scan.protect(
+        gitmodules,
+        "git takes submodule settings from it",
+        directory=not gitmodules.exists(),
+        tell=False,
+    )
+
+
+def _nested_repositories(scan: _TreeScan, nested: Iterable[Path]) -> None:
+    """Keep the code-running files of repositories nested in the project read-only."""
+    for count, dot_git in enumerate(sorted(nested)):
+        if count >= MAX_NESTED:
+            break
+        if dot_git.is_file() and not dot_git.is_symlink():
+            scan.protect(dot_git, "it says where a nested repository's git directory is")
+        elif dot_git.is_dir() and not dot_git.is_symlink():
+            for name, directory in (("config", False), ("hooks", True), ("commondir", False)):
+                if name == "commondir" and not (dot_git / name).exists():
+                    continue
+                scan.protect(
+                    dot_git / name, "a nested repository runs code from it", directory=directory
+                )
+
+
+# -- the plan --------------------------------------------------------------------------------
+
+
+def plan(worktree: Path, *, is_git: bool, home: Path, nested: Iterable[Path] = ()) -> GitPlan:
+    """The git mounts of a cloister working in *worktree*.
+
+    *nested* are the ``.git`` entries of repositories nested in the work tree (found by
+    the start-time review scan). A main checkout's ``.git`` is mounted at ``/work/.git``
+    (a mount point cannot be renamed, so it cannot be swapped for the agent's own); a
+    linked worktree's ``.git`` file is mounted read-only, and the repository's git
+    directory at its own host path, because that is what the file names.
+    """
+    result = GitPlan()
+    if not is_git:
+        return result
+    where = git.layout(worktree)
+    result.layout = where
+    gitdir, common = where.git_dir, where.common_dir
+    dot_git = worktree / ".git"
+    if dot_git.is_dir() and gitdir != common:
+        raise UnusualRepositoryError(
+            f"{str(gitdir / 'commondir')!r} exists: this repository's configuration lives"
+            f" in {str(common)!r}, and Cloister cannot keep it read-only"
+        )
+    files = _git_directory_files(result, common, gitdir, per_worktree=git.worktree_config(worktree))
+    if dot_git.is_dir() and gitdir == common:
+        inside = WORK / ".git"
+        result.mounts.append(bind(common, inside, read_only=False))
+        result.mounts += [
+            bind(path, inside / path.relative_to(common), read_only=True) for path in files
+        ]
+    elif dot_git.is_file():
+        result.mounts += [
+            bind(dot_git, WORK / ".git", read_only=True),
+            bind(common, common, read_only=False),
+        ]
+        if gitdir != common:  # its HEAD and index, under the read-only worktrees/
+            result.mounts.append(bind(gitdir, gitdir, read_only=False))
+        result.mounts += [bind(path, path, read_only=True) for path in files]
+    else:
+        raise UnusualRepositoryError(f"{str(dot_git)!r} is neither a directory nor a file")
+    already = [*files, *([dot_git] if dot_git.is_file() else [])]
+    scan = _TreeScan(result, worktree, (worktree, common, gitdir), already)
+    _tree_paths(scan, where, home)
+    _nested_repositories(scan, nested)
+    result.gitlinks = git.gitlinks(worktree)
+    return result

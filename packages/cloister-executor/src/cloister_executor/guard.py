@@ -1,0 +1,474 @@
+"""The git guard: undoing, as it happens, what a running cloister plants for host git.
+
+For every running cloister with a session record (``<data>/sessions``, whose token
+still exists) the guard watches the repository's git directory and, through its
+index, the gitlinks of its work tree (inotify, so it acts within microseconds; where
+inotify is missing it sweeps every half second instead):
+
+* a symbolic link or FIFO that was not there at start is removed at once (a link has
+  only its target, which the event records), a new ``objects/info/alternates`` is
+  removed and a changed one restored; git makes none of these itself, so the agent
+  is hostile: its container is paused (and its hostexec commands are refused);
+* a repository at a gitlink path of the index that was not there at start (git would
+  enter it, and run its config, when the human runs ``git status`` or ``git add`` in
+  the project) has its ``.git`` moved to ``<data>/quarantine`` (that can be an
+  accident: nothing is paused; the agent's next hostexec command says so).
+
+Each action is a line in the cloister's ``<cloister>.events`` file, which ``cloister
+review`` and ``cloister stop`` show. The guard narrows what a racing agent can do (one
+that plants in the instant between the human starting git and git reading the file)
+but cannot close it: only the checks around ``hostexec`` are race-free (see
+:mod:`cloister_executor.hostgit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cloister_core.config.models import GitGuardMode
+from cloister_core.gitdir import (
+    ALTERNATES_FILES,
+    GitDirBaseline,
+    SpecialEntry,
+    SpecialScanner,
+    planted,
+)
+from cloister_core.gitsafety import git_environment
+from cloister_core.names import container_name
+from cloister_core.paths import CloisterPaths
+from cloister_core.sessions import GuardAction, SessionRecord, append_event, list_sessions
+from cloister_core.watch import TokenDirectory
+from cloister_executor import inotify
+from cloister_executor.engine import Engine
+
+REFRESH_SECONDS = 0.5  # how often the set of running cloisters is re-read
+GIT_TIMEOUT = 30.0
+
+
+@dataclass(slots=True)
+class _WorkTree:
+    """One running cloister's work tree and its index."""
+
+    session: SessionRecord
+    gitlinks_at_start: frozenset[str]
+    new_gitlinks: list[str] = field(default_factory=list)  # in the index, not at start
+    watched: set[Path] = field(default_factory=set)  # gitlink directories watched for .git
+
+    @property
+    def root(self) -> Path:
+        return Path(self.session.worktree)
+
+    @property
+    def index(self) -> Path:
+        return Path(self.session.git_dir or self.session.worktree) / "index"
+
+
+@dataclass(slots=True)
+class _Repository:
+    """A git directory shared by the running cloisters of one repository."""
+
+    common: Path
+    sessions: dict[str, SessionRecord] = field(default_factory=dict)
+    scanner: SpecialScanner = field(default_factory=SpecialScanner)
+    watched: bool = False  # inotify watches it (else it is swept on every settle)
+
+    @property
+    def baseline(self) -> GitDirBaseline:
+        """What every session saw at its start (the first one's alternates)."""
+        records = list(self.sessions.values())
+        special = set(records[0].git_baseline.special)
+        for record in records[1:]:
+            special &= set(record.git_baseline.special)
+        return GitDirBaseline(
+            special=tuple(sorted(special, key=lambda entry: entry.path)),
+            alternates=records[0].git_baseline.alternates,
+        )
+
+
+class GitGuard:
+    """Watches the git directories of running cloisters; see the module docstring."""
+
+    def __init__(
+        self,
+        paths: CloisterPaths,
+        report: Callable[[str], None],
+        engine: Engine | None,
+        *,
+        use_inotify: bool = True,
+        mode: Callable[[], GitGuardMode] = lambda: "pause",
+    ) -> None:
+        self._paths = paths
+        self._report = report
+        self._engine = engine
+        self._mode = mode
+        self._tokens = TokenDirectory(paths.tokens_dir, report)
+        self._watcher = inotify.TreeWatcher() if use_inotify and inotify.available() else None
+        self._repositories: dict[Path, _Repository] = {}
+        self._worktrees: dict[str, _WorkTree] = {}  # by cloister
+        self._dirty_indexes: set[str] = set()  # cloisters whose index changed
+        self._to_pause: set[str] = set()
+        self._notices: dict[str, list[str]] = {}
+        self._lock = asyncio.Lock()
+
+    # -- the set of guarded cloisters ------------------------------------------------------
+
+    def _running(self) -> dict[str, SessionRecord]:
+        self._tokens.refresh()
+        names = {record.cloister for record in self._tokens.registry}
+        return {
+            session.cloister: session
+            for session in list_sessions(self._paths)
+            if session.running and session.cloister in names and session.common_dir
+        }
+
+    def refresh(self) -> None:
+        """Start guarding new cloisters (sweeping them once), stop guarding gone ones."""
+        running = self._running()
+        for name in set(self._worktrees) - set(running):
+            self._forget(name)
+        for name, session in running.items():
+            known = self._worktrees.get(name)
+            if known is None or known.session.started_at != session.started_at:
+                if known is not None:
+                    self._forget(name)
+                self._adopt(session)
+
+    def _adopt(self, session: SessionRecord) -> None:
+        common = Path(session.common_dir or session.worktree)
+        repository = self._repositories.get(common)
+        if repository is None:
+            repository = self._repositories[common] = _Repository(common)
+            repository.watched = self._add_tree(common)
+        repository.sessions[session.cloister] = session
+        self._worktrees[session.cloister] = _WorkTree(session, frozenset(session.gitlinks))
+        self._sweep(repository)
+        self._dirty_indexes.add(session.cloister)
+
+    def _forget(self, name: str) -> None:
+        worktree = self._worktrees.pop(name)
+        for directory in worktree.watched:
+            self._unwatch(directory)
+        common = Path(worktree.session.common_dir or "")
+        repository = self._repositories.get(common)
+        if repository is not None:
+            repository.sessions.pop(name, None)
+            if not repository.sessions:
+                del self._repositories[common]
+                self._unwatch(common)
+        self._dirty_indexes.discard(name)
+        self._notices.pop(name, None)
+
+    def _add_tree(self, root: Path) -> bool:
+        if self._watcher is None:
+            return False
+        try:
+            self._watcher.add_tree(root)
+        except OSError as error:  # a watch limit: sweeps still run
+            self._report(f"git guard: cannot watch {root} ({error}); sweeping it instead")
+            return False
+        return True
+
+    def _unwatch(self, root: Path) -> None:
+        if self._watcher is not None:
+            with contextlib.suppress(OSError, KeyError):
+                self._watcher.remove(root)
+
+    # -- undoing what was planted ------------------------------------------------------------
+
+    def _record(
+        self, repository: _Repository, action: GuardAction, path: Path, detail: str
+    ) -> None:
+        for name in repository.sessions:
+            append_event(self._paths, name, action, str(path), detail)
+        self._report(f"git guard: {action} {path}: {detail}")
+
+    def _sweep(self, repository: _Repository) -> None:
+        """Find and undo everything planted in the repository's git directory."""
+        for item in planted(repository.common, repository.baseline, repository.scanner):
+            self._neutralise(repository, item.path)
+
+    def _neutralise(self, repository: _Repository, path: Path) -> None:
+        relative = path.relative_to(repository.common).as_posix()
+        baseline = repository.baseline
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if stat.S_ISLNK(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+            entry = SpecialEntry(
+                path=relative,
+                kind="symlink" if stat.S_ISLNK(info.st_mode) else "fifo",
+                target=_readlink(path),
+            )
+            if entry in baseline.special:
+                return
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            what = f"a symbolic link to {entry.target!r}" if entry.target is not None else "a FIFO"
+            self._record(repository, "removed", path, f"{what} the cloister planted")
+            self._to_pause.update(repository.sessions)
+        elif relative in ALTERNATES_FILES and stat.S_ISREG(info.st_mode):
+            self._alternates(repository, path, relative, baseline)
+
+    def _alternates(
+        self, repository: _Repository, path: Path, relative: str, baseline: GitDirBaseline
+    ) -> None:
+        try:
+            content = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return
+        original = baseline.alternates.get(relative)
+        if content == original:
+            return
+        listed = ", ".join(repr(line) for line in content.split()) or "nothing"
+        if original is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            self._record(repository, "removed", path, f"it listed {listed}")
+        else:
+            from cloister_core.fileio import atomic_write  # noqa: PLC0415 - rare path
+
+            atomic_write(path, original, mode=0o644)
+            self._record(repository, "restored", path, f"it had been changed to list {listed}")
+        self._to_pause.update(repository.sessions)
+
+    # -- gitlinks ------------------------------------------------------------------------------
+
+    async def _check_gitlinks(self, worktree: _WorkTree) -> None:
+        found = [] if _no_gitlink_in(worktree.index) else await _gitlinks(worktree.root)
+        if found is None:
+            return
+        new = [path for path in found if path not in worktree.gitlinks_at_start]
+        worktree.new_gitlinks = new
+        await self._watch_and_quarantine(worktree)
+
+    async def _watch_and_quarantine(self, worktree: _WorkTree) -> None:
+        """Quarantine a repository at any new gitlink path; watch those paths for one."""
+        new = worktree.new_gitlinks
+        wanted = {worktree.root / path for path in new}
+        if self._watcher is not None:
+            for directory in wanted - worktree.watched:
+                if directory.is_dir() and not directory.is_symlink():
+                    with contextlib.suppress(OSError):
+                        self._watcher.add_directory(directory)
+                        worktree.watched.add(directory)
+            for directory in worktree.watched - wanted:
+                self._unwatch(directory)
+                worktree.watched.discard(directory)
+        for path in new:
+            await self._quarantine(worktree, path)
+
+    async def _quarantine(self, worktree: _WorkTree, gitlink: str) -> None:
+        dot_git = worktree.root / gitlink / ".git"
+        if not dot_git.exists() and not dot_git.is_symlink():
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        destination = (
+            self._paths.quarantine_dir / worktree.session.project / stamp / gitlink / ".git"
+        )
+        destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            if dot_git.lstat().st_dev == destination.parent.stat().st_dev:
+                dot_git.rename(destination)
+            else:
+                await asyncio.to_thread(shutil.move, dot_git, destination)
+        except OSError as error:
+            self._report(f"git guard: cannot move {dot_git} away: {error}")
+            return
+        detail = (
+            f"a repository at gitlink {gitlink!r}, which your git would enter (and run its"
+            f" configuration), moved to {destination}"
+        )
+        append_event(
+            self._paths,
+            worktree.session.cloister,
+            "quarantined",
+            str(dot_git),
+            detail,
+            moved_to=str(destination),
+        )
+        self._report(f"git guard: quarantined {dot_git}: {detail}")
+        self._notices.setdefault(worktree.session.cloister, []).append(
+            f"Cloister moved {gitlink}/.git out of the project ({destination}): a repository at"
+            " a gitlink path would make the human's git run its configuration"
+        )
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _route(self, changes: Iterable[inotify.Change]) -> None:
+        for change in changes:
+            if change.kind == "overflow":
+                for repository in self._repositories.values():
+                    self._sweep(repository)
+                self._dirty_indexes.update(self._worktrees)
+                continue
+            for name, worktree in self._worktrees.items():
+                if change.path == worktree.index or (
+                    change.path.name == ".git" and change.path.parent in worktree.watched
+                ):
+                    self._dirty_indexes.add(name)
+            owner = self._repository_of(change.path)
+            if owner is not None and change.kind in ("created", "moved_in", "written"):
+                self._neutralise(owner, change.path)
+
+    def _take_changes(self) -> None:
+        """Route pending events; sweep what events cannot vouch for."""
+        watcher = self._watcher
+        if watcher is None:
+            for repository in self._repositories.values():
+                self._sweep(repository)
+            self._dirty_indexes.update(self._worktrees)
+            return
+        try:
+            self._route(watcher.read())
+        except inotify.WatchLimitError as error:  # a directory it could not watch: sweep
+            self._report(f"git guard: {error}")
+            self._route(error.changes)
+        blind = watcher.unwatchable
+        for repository in self._repositories.values():
+            if not repository.watched or any(
+                path == repository.common or repository.common in path.parents for path in blind
+            ):
+                self._sweep(repository)
+
+    def _repository_of(self, path: Path) -> _Repository | None:
+        for common, repository in self._repositories.items():
+            if path == common or common in path.parents:
+                return repository
+        return None
+
+    async def settle(self, cloister: str | None = None) -> None:
+        """Act on everything that happened so far (events pending now, index changes)."""
+        async with self._lock:
+            self._take_changes()
+            if cloister is not None and cloister not in self._worktrees:
+                self.refresh()  # started since the last refresh
+            names = [cloister] if cloister in self._dirty_indexes else list(self._dirty_indexes)
+            for name in names:
+                self._dirty_indexes.discard(name)
+                worktree = self._worktrees.get(name)
+                if worktree is not None:
+                    await self._check_gitlinks(worktree)
+            for worktree in self._worktrees.values():
+                if worktree.new_gitlinks:  # a repository may have been moved in since
+                    await self._watch_and_quarantine(worktree)
+            await self._pause_pending()
+
+    async def _pause_pending(self) -> None:
+        if self._mode() != "pause":
+            self._to_pause.clear()
+        while self._to_pause:
+            name = self._to_pause.pop()
+            if self._engine is None:
+                continue
+            problem = await self._engine.pause(container_name(name))
+            if problem is None:
+                append_event(
+                    self._paths,
+                    name,
+                    "paused",
+                    container_name(name),
+                    "it planted a link for host git",
+                )
+                self._report(f"git guard: paused {container_name(name)}")
+            else:
+                self._report(f"git guard: {problem}")
+
+    def take_notices(self, cloister: str) -> list[str]:
+        return self._notices.pop(cloister, [])
+
+    async def run(self) -> None:
+        """Guard until cancelled."""
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+        if self._watcher is not None:
+            loop.add_reader(self._watcher.fileno(), ready.set)
+        try:
+            while True:
+                self.refresh()
+                await self.settle()
+                ready.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(REFRESH_SECONDS):
+                        await ready.wait()
+        finally:
+            if self._watcher is not None:
+                loop.remove_reader(self._watcher.fileno())
+                self._watcher.close()
+
+    def guarded(self) -> list[str]:
+        return sorted(self._worktrees)
+
+
+def _readlink(path: Path) -> str | None:
+    try:
+        return str(path.readlink())
+    except OSError:
+        return None
+
+
+# A gitlink's mode in an index entry (0o160000, 32-bit big-endian).
+GITLINK_MODE = (0o160000).to_bytes(4, "big")
+
+
+def _no_gitlink_in(index: Path) -> bool:
+    """Whether the index certainly holds no gitlink (a quick look at its bytes).
+
+    Every entry's mode is stored as four bytes; when that pattern occurs nowhere, there
+    is none, and git need not be asked. Otherwise (or for a split index, whose entries
+    live in ``sharedindex.*`` files) git lists them.
+    """
+    try:
+        fd = os.open(index, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read()
+    finally:
+        os.close(fd)
+    if GITLINK_MODE in data:
+        return False
+    return not any(index.parent.glob("sharedindex.*"))
+
+
+async def _gitlinks(worktree: Path) -> list[str] | None:
+    """The gitlink paths of the work tree's index (git's own reader; hardened)."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    process = await asyncio.create_subprocess_exec(
+        git,
+        "-C",
+        str(worktree),
+        "ls-files",
+        "--stage",
+        "-z",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=git_environment(os.environ, hooks=False),
+    )
+    try:
+        async with asyncio.timeout(GIT_TIMEOUT):
+            output, _ = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return None
+    if process.returncode != 0:
+        return None
+    found = []
+    for entry in output.decode("utf-8", "surrogateescape").split("\0"):
+        meta, _, path = entry.partition("\t")
+        if meta.startswith("160000 "):
+            found.append(path)
+    return found

@@ -1,0 +1,156 @@
+"""A review reads hostile content: it never follows a link out, never blocks, never raises."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cloister_cli.review import Finding, ReviewTarget, review
+from cloister_core.errors import CloisterError
+from tests.cli.review.conftest import Project, init_repo, of_kind
+
+MARKER = "marker-of-the-humans-own-file"
+
+
+def _dump(findings: list[Finding]) -> str:
+    return json.dumps([item.to_json() for item in findings])
+
+
+def _outside_file(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_links_out_are_never_followed(project: Project) -> None:
+    out = project.outside
+    config = _outside_file(
+        out, "config", f"[core]\n\tfsmonitor = {MARKER}\n[alias]\n\tx = !{MARKER}\n"
+    )
+    script = _outside_file(out, "envrc", f"echo {MARKER}\n")
+    modules = _outside_file(out, "gitmodules", f'[submodule "x"]\n\tpath = x\n\turl = {MARKER}\n')
+    tasks = _outside_file(
+        out,
+        "tasks.json",
+        f'{{"tasks": [{{"command": "{MARKER}", "runOptions": {{"runOn": "folderOpen"}}}}]}}\n',
+    )
+    attributes = _outside_file(out, "attributes", f"* filter={MARKER}\n")
+    other_repo = _outside_file(out, "repo/.git/config", f"[core]\n\tpager = {MARKER}\n").parent
+    _outside_file(out, "info/exclude", f"{MARKER}\n")
+    _outside_file(out, "rebase/git-rebase-todo", f"exec {MARKER}\n")
+
+    sub = project.nested("sub")
+    (sub / ".git" / "config").unlink()
+    (sub / ".git" / "config").symlink_to(config)
+    project.link(".envrc", script)
+    project.link(".gitmodules", modules)
+    project.link(".vscode/tasks.json", tasks)
+    project.link(".gitattributes", attributes)
+    project.link(".pre-commit-config.yaml", script)
+    project.link("other/.git", other_repo)
+    project.write("gitfile/.git", f"gitdir: {other_repo}\n")
+    project.link(".git/objects/info/alternates", config)
+    (project.root / ".git" / "info" / "exclude").unlink()
+    (project.root / ".git" / "info").rmdir()
+    project.link(".git/info", out / "info")
+    project.link(".git/rebase-merge", out / "rebase")
+
+    found = project.review()
+
+    assert MARKER not in _dump(found)
+    assert {item.path for item in of_kind(found, "git-dir-link")} == {
+        ".git/objects/info/alternates",
+        ".git/info",
+        ".git/rebase-merge",
+    }
+    assert {item.path for item in of_kind(found, "outside-symlink")} >= {
+        ".envrc",
+        ".gitmodules",
+        ".vscode/tasks.json",
+        ".gitattributes",
+        ".pre-commit-config.yaml",
+        "other/.git",
+    }
+    assert {(item.path, item.severity) for item in of_kind(found, "nested-repository")} == {
+        ("sub/.git/config", "reads-outside"),
+        ("other/", "reads-outside"),
+        ("gitfile/", "reads-outside"),
+    }
+    for kind in ("alternates", "git-info-file", "sequencer", "vscode-task", "gitmodules"):
+        assert of_kind(found, kind) == [], kind
+
+
+@pytest.mark.timeout(60)
+def test_fifos_never_block(project: Project) -> None:
+    for relative in (".envrc", ".gitattributes", ".vscode/tasks.json", ".gitmodules", "a/.git"):
+        path = project.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(path)
+    sub = project.nested("sub")
+    (sub / ".git" / "config").unlink()
+    os.mkfifo(sub / ".git" / "config")
+    os.mkfifo(project.root / ".git" / "MERGE_HEAD")
+    os.mkfifo(project.root / ".git" / "objects" / "info" / "alternates")
+
+    found = project.review()
+
+    assert ("sub/.git/config", "review") in {(i.path, i.severity) for i in found}
+    assert {item.path for item in of_kind(found, "git-dir-link")} == {
+        ".git/MERGE_HEAD",
+        ".git/objects/info/alternates",
+    }
+
+
+def test_terminal_control_characters_are_escaped(project: Project) -> None:
+    project.nested("sub", ("core.pager", "less\x1b]0;pwned\x07"))
+    project.write("evil\x1b[2Jdir/.envrc", "echo \u202ehi\n")
+    text = _dump(project.review())
+    for character in ("\x1b", "\x07", "\u202e"):
+        assert character not in text
+        assert character not in json.loads(text).__repr__()
+    assert "\\\\x1b" in text  # shown as an escape
+
+
+def test_a_big_file_is_read_in_part(project: Project) -> None:
+    project.write(".envrc", "echo hi\n" + "#" * (2 * 1024 * 1024))
+    first = of_kind(project.review(), "envrc")[0].fingerprint
+    with (project.root / ".envrc").open("a", encoding="utf-8") as handle:
+        handle.write("#")  # beyond the first MiB: the size still changes the fingerprint
+    assert of_kind(project.review(), "envrc")[0].fingerprint != first
+
+
+def test_unreadable_files_do_not_raise(project: Project) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads every file")
+    path = project.write(".envrc", "echo hi\n")
+    path.chmod(0)
+    assert [item.path for item in of_kind(project.review(), "envrc")] == [".envrc"]
+
+
+def test_a_missing_work_tree_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(CloisterError, match="cannot review"):
+        review(ReviewTarget(tmp_path / "gone", None, None))
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    with pytest.raises(CloisterError, match="not a directory"):
+        review(ReviewTarget(tmp_path / "file", None, None))
+
+
+def test_without_git_only_the_work_tree_is_reviewed(tmp_path: Path) -> None:
+    tree = tmp_path / "plain"
+    init_repo(tree / "inner")
+    (tree / "inner" / ".git" / "config").write_text("[core]\n\tpager = x\n", encoding="utf-8")
+    (tree / ".envrc").write_text("echo\n", encoding="utf-8")
+    (tree / "objects").mkdir()
+    found = review(ReviewTarget(tree, None, None))
+    assert sorted(item.kind for item in found) == ["envrc", "nested-repository"]
+
+
+def test_a_hostile_tasks_file_does_not_raise(project: Project) -> None:
+    project.write(".vscode/tasks.json", "[" * 200_000 + "folderOpen")
+    (item,) = of_kind(project.review(), "vscode-task")
+    assert "does not parse" in item.summary
+    assert all(len(line) <= 300 for line in item.details)

