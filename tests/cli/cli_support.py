@@ -9,6 +9,7 @@ Every subprocess is bounded by a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,10 +18,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
+
+import docker
+import docker.errors
+import pytest
 
 CLI_TIMEOUT = 120.0  # a start may build the slim image on a cold machine
 GUARDIAN_TIMEOUT = 900.0  # the first guardian start may build the service images
@@ -311,3 +316,41 @@ def remove_containers(names: list[str]) -> None:
     """``docker rm -f`` whatever of these cloister containers still exists."""
     if names:
         run_command([docker_executable(), "rm", "-f", *map(container, names)], timeout=60)
+
+
+@contextlib.contextmanager
+def guardian(
+    client: docker.DockerClient, root: Path, config: str, skip: Callable[[str], NoReturn]
+) -> Iterator[CloisterCli]:
+    """``cloister`` with its own directories under *root*, *config* written, and the
+    machine-wide guardian started (stopped at the end, with every cloister of *root*)."""
+    for image in (SLIM_IMAGE, BASE_IMAGE):
+        try:
+            client.images.get(image)
+            break
+        except docker.errors.ImageNotFound:
+            continue
+    else:
+        skip(f"neither {SLIM_IMAGE} nor its base {BASE_IMAGE} is present locally")
+    tool = CloisterCli(root)
+    tool.write_config(config)
+    try:
+        started = tool.run("guardian", "start", timeout=GUARDIAN_TIMEOUT)
+        if started.returncode != 0:
+            pytest.fail(f"the guardian did not start:\n{started.describe()}", pytrace=False)
+        yield tool
+    finally:
+        problems: list[str] = []
+        leftovers: list[str] = []
+        try:
+            leftovers = tool.mine()
+        except AssertionError as error:
+            problems.append(f"cloister list failed: {error}")
+        for name in leftovers:
+            tool.run("stop", name)
+        remove_containers(leftovers)
+        stopped = tool.run("guardian", "stop")
+        if stopped.returncode != 0:
+            problems.append(stopped.describe())
+        if problems:
+            pytest.fail("cleanup failed: " + "\n".join(problems), pytrace=False)

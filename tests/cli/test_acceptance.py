@@ -37,11 +37,9 @@ import pytest
 
 from tests.ci.test_docker_network import KNOWN_LINE, HostListener, host_primary_ipv4
 from tests.cli.cli_support import (
-    BASE_IMAGE,
     CONNECT_ACCEPTED,
     CONNECT_REFUSED,
     DENIED_HOST,
-    GUARDIAN_TIMEOUT,
     SLIM_IMAGE,
     CloisterCli,
     Result,
@@ -50,6 +48,7 @@ from tests.cli.cli_support import (
     exec_in,
     exec_ok,
     git,
+    guardian,
     inspect,
     make_repo,
     network_gateway,
@@ -95,36 +94,10 @@ def cli(
     skip_or_fail: SkipOrFail,
 ) -> Iterator[CloisterCli]:
     """``cloister`` with temporary config and data directories, and the guardian up."""
-    for image in (SLIM_IMAGE, BASE_IMAGE):
-        try:
-            docker_client.images.get(image)
-            break
-        except docker.errors.ImageNotFound:
-            continue
-    else:
-        skip_or_fail(f"neither {SLIM_IMAGE} nor its base {BASE_IMAGE} is present locally")
-    tool = CloisterCli(tmp_path_factory.mktemp("cloister-cli"))
-    tool.write_config(CONFIG)
-    try:
-        started = tool.run("guardian", "start", timeout=GUARDIAN_TIMEOUT)
-        if started.returncode != 0:
-            pytest.fail(f"the guardian did not start:\n{started.describe()}", pytrace=False)
+    with guardian(
+        docker_client, tmp_path_factory.mktemp("cloister-cli"), CONFIG, skip_or_fail
+    ) as tool:
         yield tool
-    finally:
-        problems: list[str] = []
-        leftovers: list[str] = []
-        try:
-            leftovers = tool.mine()
-        except AssertionError as error:
-            problems.append(f"cloister list failed: {error}")
-        for name in leftovers:
-            tool.run("stop", name)
-        remove_containers(leftovers)
-        stopped = tool.run("guardian", "stop")
-        if stopped.returncode != 0:
-            problems.append(stopped.describe())
-        if problems:
-            pytest.fail("cleanup failed: " + "\n".join(problems), pytrace=False)
 
 
 class Cloisters:

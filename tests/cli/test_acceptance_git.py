@@ -25,16 +25,15 @@ import pytest
 
 from cloister_cli import gitguard
 from tests.cli.cli_support import (
-    BASE_IMAGE,
     GUARDIAN_TIMEOUT,
     SLIM_IMAGE,
     CloisterCli,
     exec_in,
     exec_ok,
     git,
+    guardian,
     inspect,
     make_repo,
-    remove_containers,
     run_command,
     squash,
 )
@@ -65,27 +64,9 @@ def cli(
     tmp_path_factory: pytest.TempPathFactory,
     skip_or_fail: SkipOrFail,
 ) -> Iterator[CloisterCli]:
-    for image in (SLIM_IMAGE, BASE_IMAGE):
-        try:
-            docker_client.images.get(image)
-            break
-        except docker.errors.ImageNotFound:
-            continue
-    else:
-        skip_or_fail(f"neither {SLIM_IMAGE} nor its base {BASE_IMAGE} is present locally")
-    tool = CloisterCli(tmp_path_factory.mktemp("cloister-git"))
-    tool.write_config(CONFIG.format(mode="pause"))
-    try:
-        started = tool.run("guardian", "start", timeout=GUARDIAN_TIMEOUT)
-        if started.returncode != 0:
-            pytest.fail(f"the guardian did not start:\n{started.describe()}", pytrace=False)
+    root = tmp_path_factory.mktemp("cloister-git")
+    with guardian(docker_client, root, CONFIG.format(mode="pause"), skip_or_fail) as tool:
         yield tool
-    finally:
-        leftovers = tool.mine()
-        for name in leftovers:
-            tool.run("stop", name)
-        remove_containers(leftovers)
-        tool.run("guardian", "stop")
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord
-from tests.cli.test_git import GIT, hermetic_git, make_repo, run_git
+from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
-from tests.cli.test_git import hermetic_git, make_repo
+from tests.git_support import hermetic_git, make_repo
 
 
 @dataclass

@@ -20,7 +20,7 @@ from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import append_event, read_session, write_session
-from tests.cli.test_git import hermetic_git, make_repo, run_git
+from tests.git_support import hermetic_git, make_repo, run_git
 
 
 @dataclass
@@ -199,3 +199,32 @@ def test_a_quarantined_repository_says_what_it_would_have_run(
     text = " ".join(invoke(paths, "review", "api").output.split())
     assert f"Cloister quarantined {repo}/sub/.git" in text
     assert "it would have run: git runs `touch /tmp/pwned; echo` (core.fsmonitor)" in text
+
+
+def test_fix_waits_until_the_agent_is_stopped(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @dataclass
+    class Running:
+        status: str = "running"
+        labels: dict[str, str] = field(default_factory=dict)
+
+    @dataclass
+    class RunningContainers:
+        def get(self, name: str) -> Running:
+            return Running(labels={"org.cloister.cloister": "api"})
+
+        def list(self, **filters: Any) -> list[object]:
+            return [Running()]
+
+    @dataclass
+    class RunningEngine:
+        containers: RunningContainers = field(default_factory=RunningContainers)
+
+    monkeypatch.setattr(Context, "docker", property(lambda self: RunningEngine()))
+    start(paths, repo, tmp_path / "home")
+    sub = plant_nested(repo, tmp_path / "marker")
+    result = invoke(paths, "review", "api", "--fix", "--yes")
+    assert result.exit_code == 1
+    assert "is running: stop it first" in result.output
+    assert (sub / ".git").is_dir()

@@ -11,7 +11,7 @@ import pytest
 
 from cloister_cli import gitguard
 from cloister_cli.gitguard import GitGuardError, add_guard, is_guarded, remove_guard
-from tests.cli.test_git import GIT, hermetic_git, make_repo, run_git
+from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 
 from cloister_cli import gitmounts
 from cloister_cli.gitmounts import GitPlan, UnusualRepositoryError
-from tests.cli.test_git import GIT, hermetic_git, make_repo, run_git
+from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
 @pytest.fixture(autouse=True)

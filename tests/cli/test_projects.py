@@ -11,7 +11,7 @@ from cloister_cli.projects import Project, ProjectError, ProjectSummary
 from cloister_core.config import load_project_config
 from cloister_core.errors import CloisterNameError, ConfigError
 from cloister_core.paths import CloisterPaths
-from tests.cli.test_git import hermetic_git, make_repo, run_git
+from tests.git_support import hermetic_git, make_repo, run_git
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ from cloister_executor import inotify
 from cloister_executor.engine import Engine
 from cloister_executor.guard import GitGuard
 from tests.executor.test_hostgit import git
+from tests.git_support import hermetic_git
 
 GIT = shutil.which("git") or "git"
 
@@ -32,15 +33,7 @@ pytestmark = pytest.mark.usefixtures("_hermetic")
 
 @pytest.fixture
 def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "Test",
-        "GIT_AUTHOR_EMAIL": "test@example.invalid",
-        "GIT_COMMITTER_NAME": "Test",
-        "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    }.items():
-        monkeypatch.setenv(key, value)
+    hermetic_git(monkeypatch)
 
 
 class FakeEngine(Engine):
@@ -299,3 +292,37 @@ async def test_gitlinks_of_the_start_are_the_humans(setup: Setup) -> None:
     guard.refresh()
     await guard.settle("api")
     assert (setup.repo / "vendor" / ".git").is_dir()
+
+
+@synchronous
+async def test_a_gitlink_through_a_link_moves_nothing_of_the_humans(setup: Setup) -> None:
+    """The gitlink's path is the agent's to choose: through a link it leads outside."""
+    setup.session()
+    guard = setup.guard()
+    guard.refresh()
+    human = make_repo(setup.root / "human-dotfiles")  # a repository of the human's
+    make_repo(setup.repo / "sub")
+    git(setup.repo, "add", "sub")
+    (setup.repo / "sub").rename(setup.root / "sub-moved")
+    (setup.repo / "sub").symlink_to(human)  # the index still names sub
+    await guard.settle("api")
+    assert (human / ".git").is_dir()
+    assert not list(setup.paths.quarantine_dir.glob("**/.git"))
+
+
+@synchronous
+async def test_undoing_never_follows_a_directory_swapped_for_a_link(setup: Setup) -> None:
+    setup.session()
+    guard = setup.guard(use_inotify=False)
+    guard.refresh()
+    human = setup.root / "human"
+    human.mkdir()
+    (human / "y").symlink_to("/etc/hostname")  # the human's own link, same name
+    planted = setup.repo / ".git" / "refs" / "x"
+    planted.mkdir()
+    (planted / "y").symlink_to(setup.secret)
+    planted.rename(setup.root / "x-moved")
+    planted.symlink_to(human)  # .git/refs/x is now itself the planted link
+    await guard.settle()
+    assert (human / "y").is_symlink()
+    assert not planted.is_symlink()  # removed: it is the planted link now

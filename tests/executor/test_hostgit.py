@@ -24,6 +24,7 @@ from cloister_executor.engine import Engine
 from cloister_executor.landlock import landlock_abi
 from tests.core.test_gitdir import LOCATIONS
 from tests.executor.conftest import DaemonHarness, as_refusal, as_result
+from tests.git_support import hermetic_git
 
 GIT = "git"
 
@@ -37,15 +38,7 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "Test",
-        "GIT_AUTHOR_EMAIL": "test@example.invalid",
-        "GIT_COMMITTER_NAME": "Test",
-        "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    }.items():
-        monkeypatch.setenv(key, value)
+    hermetic_git(monkeypatch)
 
 
 def git_project(harness: DaemonHarness, cloister: str = "demo") -> Path:

@@ -25,17 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from cloister_executor import inotify
-from cloister_executor.inotify import (
-    IN_CREATE,
-    IN_ISDIR,
-    IN_Q_OVERFLOW,
-    Change,
-    TreeWatcher,
-    WatchLimitError,
-    available,
-    parse_events,
-)
+from cloister_executor import inotify_calls
+from cloister_executor.inotify import Change, TreeWatcher, WatchLimitError, available
+from cloister_executor.inotify_calls import IN_CREATE, IN_ISDIR, IN_Q_OVERFLOW, parse_events
 
 pytestmark = pytest.mark.skipif(not available(), reason="inotify is Linux only")
 
@@ -422,7 +414,7 @@ def test_an_unwatchable_directory_is_tried_again_when_its_attributes_change(
     def add_watch(fd: int, target: bytes, mask: int, directory: Path) -> int:
         if directory == locked and not refused:
             refused.append(directory)
-            raise inotify._watch_error(errno.EACCES, directory)
+            raise inotify_calls._watch_error(errno.EACCES, directory)
         return real_add_watch(fd, target, mask, directory)
 
     monkeypatch.setattr(watcher._libc, "add_watch", add_watch)
@@ -447,7 +439,7 @@ def test_running_out_of_watches_raises_with_what_was_read(
     watcher.add_tree(tmp_path)
 
     def add_watch(fd: int, target: bytes, mask: int, directory: Path) -> int:
-        raise inotify._watch_error(errno.ENOSPC, directory)
+        raise inotify_calls._watch_error(errno.ENOSPC, directory)
 
     monkeypatch.setattr(watcher._libc, "add_watch", add_watch)
     (tmp_path / "link").symlink_to("/")
@@ -541,25 +533,25 @@ def test_an_overflow_watches_what_was_made_while_events_were_lost(
 
 
 def test_the_watch_limit_error_names_the_sysctl(tmp_path: Path) -> None:
-    error = inotify._watch_error(errno.ENOSPC, tmp_path)
+    error = inotify_calls._watch_error(errno.ENOSPC, tmp_path)
     assert isinstance(error, WatchLimitError)
     assert isinstance(error, OSError)
     assert error.errno == errno.ENOSPC
     assert "fs.inotify.max_user_watches" in str(error)
     assert str(tmp_path) in str(error)
-    assert isinstance(inotify._watch_error(errno.EACCES, tmp_path), PermissionError)
+    assert isinstance(inotify_calls._watch_error(errno.EACCES, tmp_path), PermissionError)
 
 
 def test_elsewhere_the_module_reports_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
-    inotify._libc.cache_clear()
+    inotify_calls._libc.cache_clear()
     try:
         assert not available()
         with pytest.raises(OSError, match="Linux only"):
             TreeWatcher()
     finally:
         monkeypatch.undo()
-        inotify._libc.cache_clear()
+        inotify_calls._libc.cache_clear()
     assert available()
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from cloister_cli.review import Finding, ReviewTarget, review
 from cloister_core.gitsafety import git_environment
+from tests.git_support import hermetic_git
 
 GIT = shutil.which("git") or "git"
 GIT_TIMEOUT = 60
@@ -102,17 +103,7 @@ class Project:
 @pytest.fixture(autouse=True)
 def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
     """No user or system git config, a fixed identity, no inherited repository."""
-    for key, value in {
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "Cloister Test",
-        "GIT_AUTHOR_EMAIL": "test@example.invalid",
-        "GIT_COMMITTER_NAME": "Cloister Test",
-        "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    }.items():
-        monkeypatch.setenv(key, value)
-    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE"):
-        monkeypatch.delenv(key, raising=False)
+    hermetic_git(monkeypatch)
 
 
 @pytest.fixture

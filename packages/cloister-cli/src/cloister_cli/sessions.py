@@ -29,6 +29,7 @@ from cloister_cli.review import (
     new_findings,
     review,
 )
+from cloister_core.errors import CloisterError
 from cloister_core.gitdir import GitDirBaseline, take_baseline
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import (
@@ -194,7 +195,19 @@ class FixOutcome:
 
 
 def fix(client: docker.DockerClient, paths: CloisterPaths, before: Report) -> FixOutcome:
-    """Apply every fix *before* offers, review again, and release the guard if it may go."""
+    """Apply every fix *before* offers, review again, and release the guard if it may go.
+
+    Not while the agent runs: it could rearrange, between the review and the moves, the
+    directories on the way to what is moved.
+    """
+    if before.session is not None:
+        container = cloisters.find(client, before.session.cloister)
+        if container is not None and container.status == "running":
+            name = before.session.cloister
+            raise CloisterError(
+                f"cloister {name!r} is running: stop it first (`cloister stop {name}`), so that"
+                " the agent cannot rearrange what --fix moves"
+            )
     project = before.session.project if before.session else before.target.worktree.name
     actions = apply_fixes(before.findings, paths.quarantine_dir / project)
     after = report(paths, before.session, before.target)

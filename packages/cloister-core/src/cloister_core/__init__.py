@@ -12,7 +12,10 @@ documented in this package's README; submodules hold the details:
 ``tokens``     cloister tokens and the constant-time registry
 ``names``      project, cloister, branch and container names
 ``commands``   hostexec canonical commands and pattern verdicts
-``gitsafety``  the environment and the argv rules for git the host runs for the agent
+``gitsafety``  the environment git gets when the host runs it for the agent
+``gitargv``    the argv rules for that git
+``gitdir``     what an agent can plant in a git directory, against a baseline
+``sessions``   a cloister's session record and the guard's events
 ``audit``      the JSON-lines audit log
 """
 
@@ -38,14 +41,8 @@ from cloister_core.errors import (
     InvalidHostError,
     TokenError,
 )
-from cloister_core.gitsafety import (
-    HARDENED_GIT_CONFIG,
-    UnsafeGitCommandError,
-    check_git_argv,
-    git_environment,
-    hardened_git_config,
-    is_git_program,
-)
+from cloister_core.gitargv import UnsafeGitCommandError, check_git_argv, is_git_program
+from cloister_core.gitsafety import HARDENED_GIT_CONFIG, git_environment, hardened_git_config
 from cloister_core.hosts import (
     DomainPattern,
     Host,

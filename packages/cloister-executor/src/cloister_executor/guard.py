@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -46,7 +47,7 @@ from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import GuardAction, SessionRecord, append_event, list_sessions
 from cloister_core.watch import TokenDirectory
-from cloister_executor import inotify
+from cloister_executor import beneath, inotify
 from cloister_executor.engine import Engine
 
 REFRESH_SECONDS = 0.5  # how often the set of running cloisters is re-read
@@ -196,23 +197,32 @@ class GitGuard:
             self._neutralise(repository, item.path)
 
     def _neutralise(self, repository: _Repository, path: Path) -> None:
-        relative = path.relative_to(repository.common).as_posix()
-        baseline = repository.baseline
+        """Undo *path* if it is something planted (every step without following a link:
+        the agent may rearrange the directories on the way meanwhile)."""
         try:
-            info = os.lstat(path)
-        except OSError:
+            relative = path.relative_to(repository.common).as_posix()
+        except ValueError:
             return
+        info = beneath.lstat_below(repository.common, relative)
+        if info is None:
+            return
+        baseline = repository.baseline
         if stat.S_ISLNK(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+            link = stat.S_ISLNK(info.st_mode)
             entry = SpecialEntry(
                 path=relative,
-                kind="symlink" if stat.S_ISLNK(info.st_mode) else "fifo",
-                target=_readlink(path),
+                kind="symlink" if link else "fifo",
+                target=beneath.readlink_below(repository.common, relative) if link else None,
             )
             if entry in baseline.special:
+                return  # the human's own
+            try:
+                target = beneath.unlink_special(repository.common, relative)
+            except OSError:
                 return
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            what = f"a symbolic link to {entry.target!r}" if entry.target is not None else "a FIFO"
+            if target is None:
+                return
+            what = f"a symbolic link to {target!r}" if target else "a FIFO"
             self._record(repository, "removed", path, f"{what} the cloister planted")
             self._to_pause.update(repository.sessions)
         elif relative in ALTERNATES_FILES and stat.S_ISREG(info.st_mode):
@@ -221,23 +231,21 @@ class GitGuard:
     def _alternates(
         self, repository: _Repository, path: Path, relative: str, baseline: GitDirBaseline
     ) -> None:
-        try:
-            content = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return
+        content = beneath.read_regular(repository.common, relative)
         original = baseline.alternates.get(relative)
-        if content == original:
+        if content is None or content == original:
             return
         listed = ", ".join(repr(line) for line in content.split()) or "nothing"
-        if original is None:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            self._record(repository, "removed", path, f"it listed {listed}")
-        else:
-            from cloister_core.fileio import atomic_write  # noqa: PLC0415 - rare path
-
-            atomic_write(path, original, mode=0o644)
-            self._record(repository, "restored", path, f"it had been changed to list {listed}")
+        try:
+            if original is None:
+                beneath.unlink_regular(repository.common, relative)
+                self._record(repository, "removed", path, f"it listed {listed}")
+            else:
+                beneath.replace_file(repository.common, relative, original)
+                self._record(repository, "restored", path, f"it had been changed to list {listed}")
+        except OSError as error:
+            self._report(f"git guard: cannot undo {path}: {error}")
+            return
         self._to_pause.update(repository.sessions)
 
     # -- gitlinks ------------------------------------------------------------------------------
@@ -253,13 +261,15 @@ class GitGuard:
     async def _watch_and_quarantine(self, worktree: _WorkTree) -> None:
         """Quarantine a repository at any new gitlink path; watch those paths for one."""
         new = worktree.new_gitlinks
-        wanted = {worktree.root / path for path in new}
+        # Only paths reached through no link: the agent chooses what a gitlink names.
+        wanted = {
+            worktree.root / path for path in new if beneath.is_real_directory(worktree.root, path)
+        }
         if self._watcher is not None:
             for directory in wanted - worktree.watched:
-                if directory.is_dir() and not directory.is_symlink():
-                    with contextlib.suppress(OSError):
-                        self._watcher.add_directory(directory)
-                        worktree.watched.add(directory)
+                with contextlib.suppress(OSError):
+                    self._watcher.add_directory(directory)
+                    worktree.watched.add(directory)
             for directory in worktree.watched - wanted:
                 self._unwatch(directory)
                 worktree.watched.discard(directory)
@@ -267,19 +277,25 @@ class GitGuard:
             await self._quarantine(worktree, path)
 
     async def _quarantine(self, worktree: _WorkTree, gitlink: str) -> None:
+        """Move ``<gitlink>/.git`` out of the project, if there is one (no link followed)."""
         dot_git = worktree.root / gitlink / ".git"
-        if not dot_git.exists() and not dot_git.is_symlink():
-            return
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        destination = (
-            self._paths.quarantine_dir / worktree.session.project / stamp / gitlink / ".git"
-        )
-        destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            if dot_git.lstat().st_dev == destination.parent.stat().st_dev:
-                dot_git.rename(destination)
-            else:
-                await asyncio.to_thread(shutil.move, dot_git, destination)
+            with beneath.parent_of(worktree.root, f"{gitlink}/.git") as (fd, name):
+                os.stat(name, dir_fd=fd, follow_symlinks=False)  # there at all?
+                destination = (
+                    self._paths.quarantine_dir / worktree.session.project / stamp
+                ).joinpath(*Path(gitlink).parts, ".git")
+                destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                try:
+                    os.rename(name, destination, src_dir_fd=fd)
+                except OSError as error:
+                    if error.errno != errno.EXDEV:
+                        raise
+                    source = beneath.proc_path(fd, name)
+                    await asyncio.to_thread(shutil.move, source, destination)
+        except FileNotFoundError:
+            return
         except OSError as error:
             self._report(f"git guard: cannot move {dot_git} away: {error}")
             return

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloister_core.config.models import HostexecConfig
-from cloister_core.gitdir import SpecialScanner, planted
-from cloister_core.gitsafety import (
+from cloister_core.gitargv import (
     UnsafeGitCommandError,
     check_git_argv,
-    git_environment,
     is_git_program,
     writes_only_the_index,
 )
+from cloister_core.gitdir import SpecialScanner, planted
+from cloister_core.gitsafety import git_environment
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import GuardEvent, SessionRecord, read_events
 from cloister_core.watch import Signature, file_signature
