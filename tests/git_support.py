@@ -33,7 +33,11 @@ def hermetic_git(monkeypatch: pytest.MonkeyPatch) -> None:
 def run_git(directory: Path, *args: str) -> str:
     """Run git as a test's own set-up step; its output, stripped."""
     result = subprocess.run(
-        [GIT, "-C", str(directory), *args], capture_output=True, text=True, check=True
+        [GIT, "-C", str(directory), *args],
+        capture_output=True,
+        text=True,
+        errors="surrogateescape",
+        check=True,
     )
     return result.stdout.strip()
 

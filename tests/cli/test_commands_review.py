@@ -228,3 +228,20 @@ def test_fix_waits_until_the_agent_is_stopped(
     assert result.exit_code == 1
     assert "is running: stop it first" in result.output
     assert (sub / ".git").is_dir()
+
+
+def test_a_replaced_git_directory_is_reported(
+    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
+) -> None:
+    """None can be replaced from inside (a mount point); if one was, say so loudly."""
+    start(paths, repo, tmp_path / "home")
+    (repo / ".git").rename(tmp_path / "real-git")
+    make_repo(tmp_path / "other")
+    (tmp_path / "other" / ".git").rename(repo / ".git")
+    result = invoke(paths, "review", "api", "--json")
+    assert result.exit_code == FOUND_EXIT
+    (replaced,) = [
+        item for item in json.loads(result.output)["findings"] if item["kind"] == "replaced"
+    ]
+    assert replaced["path"] == str(repo / ".git")
+    assert replaced["severity"] == "runs-code"

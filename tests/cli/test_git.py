@@ -6,6 +6,7 @@ need a repository.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -194,3 +195,11 @@ def test_git_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(GitError, match=r"^git is not installed$"):
         git.toplevel(tmp_path)
+
+
+def test_gitlinks_with_names_that_are_no_utf8(repo: Path) -> None:
+    name = os.fsdecode(b"x\xffy")
+    make_repo(repo / name)
+    run_git(repo, "add", name)
+    assert git.gitlinks(repo) == [name]
+    assert (repo / git.gitlinks(repo)[0] / ".git").is_dir()

@@ -70,7 +70,7 @@ def test_a_missing_hooks_path_is_created_so_the_agent_cannot(repo: Path, home: P
     assert (repo / "tools" / "hooks").is_dir()
     assert repo / "tools" / "hooks" in git_plan.placeholders
     assert "/work/tools/hooks" in read_only(git_plan)
-    gitmounts.remove_placeholders(git_plan.placeholders)
+    gitmounts.remove_placeholders(git_plan.placeholders, [repo])
     assert not (repo / "tools" / "hooks").exists()
     assert not (repo / ".gitmodules").exists()
 
@@ -163,7 +163,7 @@ def test_gitmodules_is_read_only_or_stood_in_for(repo: Path, home: Path) -> None
     assert (repo / ".gitmodules").is_dir()  # an empty directory: git reads no settings
     assert read_only(git_plan)["/work/.gitmodules"] == str(repo / ".gitmodules")
     assert run_git(repo, "status", "--porcelain") == ""  # invisible to the human's git
-    gitmounts.remove_placeholders(git_plan.placeholders)
+    gitmounts.remove_placeholders(git_plan.placeholders, [repo])
     assert not (repo / ".gitmodules").exists()
 
     (repo / ".gitmodules").write_text('[submodule "x"]\n\tpath = x\n', encoding="utf-8")
@@ -218,7 +218,7 @@ def test_the_humans_hooks_still_run_on_the_host(repo: Path, home: Path, tmp_path
     git_plan = plan(repo, home)
     run_git(repo, "commit", "-q", "--allow-empty", "-m", "human")
     assert marker_tree.exists()
-    gitmounts.remove_placeholders(git_plan.placeholders)
+    gitmounts.remove_placeholders(git_plan.placeholders, [repo])
     run_git(repo, "config", "--unset", "core.hooksPath")
     write_hook(repo / ".git" / "hooks" / "post-commit", f"touch '{marker_git}'")
     plan(repo, home)
@@ -229,3 +229,52 @@ def test_the_humans_hooks_still_run_on_the_host(repo: Path, home: Path, tmp_path
         timeout=60,
     )
     assert marker_git.exists()
+
+
+def read_write(git_plan: GitPlan) -> set[str]:
+    return {mount["Target"] for mount in git_plan.mounts if not mount["ReadOnly"]}
+
+
+def test_directories_above_a_protected_path_are_mount_points(repo: Path, home: Path) -> None:
+    """A read-only mount travels with its directory when that is renamed; a mount point
+    cannot be renamed, so each directory on the way is one (of itself, writable)."""
+    write_hook(repo / ".github" / "hooks" / "pre-commit", "exit 0")
+    run_git(repo, "config", "core.hooksPath", ".github/hooks")
+    (repo / "conf" / "git").mkdir(parents=True)
+    (repo / "conf" / "git" / "extra.gitconfig").write_text("", encoding="utf-8")
+    run_git(repo, "config", "include.path", "../conf/git/extra.gitconfig")
+    vendor = make_repo(repo / "vendor" / "lib")
+    git_plan = plan(repo, home, nested=(vendor / ".git",))
+    assert {"/work/.github/hooks", "/work/conf/git/extra.gitconfig"} <= set(read_only(git_plan))
+    assert {
+        "/work/.github",
+        "/work/conf",
+        "/work/conf/git",
+        "/work/vendor",
+        "/work/vendor/lib",
+        "/work/vendor/lib/.git",
+    } <= read_write(git_plan)
+    targets = [mount["Target"] for mount in git_plan.mounts]
+    assert len(targets) == len(set(targets))  # each mount once
+
+
+def test_created_directories_on_the_way_are_placeholders_too(repo: Path, home: Path) -> None:
+    run_git(repo, "config", "core.hooksPath", "tools/git/hooks")
+    git_plan = plan(repo, home)
+    assert {repo / "tools", repo / "tools" / "git", repo / "tools" / "git" / "hooks"} <= set(
+        git_plan.placeholders
+    )
+    gitmounts.remove_placeholders(git_plan.placeholders, [repo])
+    assert not (repo / "tools").exists()
+
+
+def test_removing_placeholders_follows_no_link(repo: Path, home: Path, tmp_path: Path) -> None:
+    run_git(repo, "config", "core.hooksPath", "tools/hooks")
+    git_plan = plan(repo, home)
+    human = tmp_path / "human"
+    (human / "hooks").mkdir(parents=True)  # an empty directory of the human's, same name
+    (repo / "tools" / "hooks").rmdir()
+    (repo / "tools").rmdir()
+    (repo / "tools").symlink_to(human)  # the agent's doing
+    gitmounts.remove_placeholders(git_plan.placeholders, [repo])
+    assert (human / "hooks").is_dir()

@@ -223,3 +223,12 @@ def test_remove_refuses_an_unknown_project(paths: CloisterPaths) -> None:
         projects.remove(paths, "nope")
     with pytest.raises(CloisterNameError):
         projects.remove(paths, "../config")
+
+
+def test_a_work_tree_elsewhere_is_refused(tmp_path: Path) -> None:
+    """core.worktree would make `cloister start` here mount another directory."""
+    other = make_repo(tmp_path / "other")
+    here = make_repo(tmp_path / "here")
+    run_git(here, "config", "core.worktree", str(other))
+    with pytest.raises(projects.ProjectError, match="core.worktree is set"):
+        projects.identify(here, None, allow_no_git=False)

@@ -35,6 +35,11 @@ def test_hardened_config_order_and_hooks() -> None:
         "fetch.recurseSubmodules",
         "push.recurseSubmodules",
         "diff.submodule",
+        "protocol.allow",
+        "protocol.https.allow",
+        "protocol.http.allow",
+        "protocol.ssh.allow",
+        "protocol.git.allow",
         "protocol.ext.allow",
         "core.pager",
     ]
@@ -250,3 +255,27 @@ def test_hooks_off_beats_a_configured_hooks_path(tmp_path: Path, base_env: dict[
     assert not marker.exists()
     git(repo, "commit", "-q", "--allow-empty", "-m", "y", env=base_env)
     assert marker.exists(), "control: the configured hooks path runs without the environment"
+
+
+@pytest.mark.parametrize("url", ["./evil.git", "file://{repo}/evil.git", "{repo}/evil.git"])
+@pytest.mark.parametrize("command", ["push", "fetch"])
+def test_no_local_transport_runs_the_other_repositorys_hooks(
+    tmp_path: Path, base_env: dict[str, str], url: str, command: str
+) -> None:
+    """A push to a local path runs git-receive-pack, and its hooks, in that repository:
+    one the agent made, with a pre-receive hook of its own."""
+    repo = make_repo(tmp_path / "repo", base_env)
+    evil = repo / "evil.git"
+    git(repo, "init", "-q", "--bare", str(evil), env=base_env)
+    marker = tmp_path / "hook-ran"
+    for hook in ("pre-receive", "post-receive"):
+        (evil / "hooks" / hook).write_text(f"#!/bin/sh\ntouch '{marker}'\n", encoding="utf-8")
+        (evil / "hooks" / hook).chmod(0o755)
+    target = url.format(repo=repo)
+    argv = ["push", target, "HEAD:refs/heads/x"] if command == "push" else ["fetch", target]
+    refused = git(repo, *argv, env=git_environment(base_env, hooks=False), check=False)
+    assert "transport 'file' not allowed" in refused.stderr
+    assert not marker.exists()
+    if command == "push":  # the control: without the hardening the hook runs
+        git(repo, *argv, env=base_env)
+        assert marker.exists()

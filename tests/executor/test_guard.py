@@ -326,3 +326,20 @@ async def test_undoing_never_follows_a_directory_swapped_for_a_link(setup: Setup
     await guard.settle()
     assert (human / "y").is_symlink()
     assert not planted.is_symlink()  # removed: it is the planted link now
+
+
+@synchronous
+async def test_names_that_are_no_utf8_neither_stop_the_guard(setup: Setup) -> None:
+    setup.session()
+    guard = setup.guard()
+    guard.refresh()
+    name = os.fsdecode(b"x\xffy")
+    make_repo(setup.repo / name)
+    git(setup.repo, "add", name)
+    await guard.settle("api")
+    assert not (setup.repo / name / ".git").exists()
+    (event,) = read_events(setup.paths, "api")
+    assert "x\\xffy" in event.path
+    (setup.repo / ".git" / "shallow").symlink_to(setup.secret)
+    await guard.settle("api")
+    assert not (setup.repo / ".git" / "shallow").is_symlink()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cloister_core.gitdir import take_baseline
-from cloister_core.sessions import SessionRecord, read_events, write_session
+from cloister_core.sessions import SessionRecord, identity, read_events, write_session
 from cloister_executor import hostgit
 from cloister_executor.engine import Engine
 from cloister_executor.landlock import landlock_abi
@@ -31,7 +31,12 @@ GIT = "git"
 
 def git(repo: Path, *args: str) -> str:
     result = subprocess.run(
-        [GIT, "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=60
+        [GIT, "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        errors="surrogateescape",
+        check=True,
+        timeout=60,
     )
     return result.stdout.strip()
 
@@ -58,6 +63,11 @@ def git_project(harness: DaemonHarness, cloister: str = "demo") -> Path:
             common_dir=str(repo / ".git"),
             started_at=datetime.now(UTC),
             git_baseline=take_baseline(repo / ".git"),
+            identities={
+                str(path): known
+                for path in (repo, repo / ".git")
+                if (known := identity(path)) is not None
+            },
         ),
     )
     return repo
@@ -251,3 +261,14 @@ def test_the_guard_quarantines_a_repository_at_a_new_gitlink(
     assert as_result(harness.request(["git", "add", "-A"])).exit_code == 0
     subprocess.run([GIT, "-C", str(repo), "add", "-A"], check=False, capture_output=True)
     assert not marker.exists()
+
+
+def test_a_replaced_git_directory_refuses_everything(
+    harness: DaemonHarness, tmp_path: Path
+) -> None:
+    repo = git_project(harness)
+    start(harness)
+    (repo / ".git").rename(tmp_path / "real-git")
+    git(tmp_path, "init", "-q", str(repo))
+    refusal = as_refusal(harness.request(["git", "status"]))
+    assert f"{repo / '.git'} is not what it was" in refusal.reason

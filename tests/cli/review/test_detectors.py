@@ -206,7 +206,8 @@ CASES: dict[str, Case] = {
 
 
 def test_the_table_covers_every_kind() -> None:
-    assert set(CASES) == set(get_args(FindingKind))
+    # "replaced" compares with the session record, not with the tree: cloister_cli.sessions.
+    assert set(CASES) == set(get_args(FindingKind)) - {"replaced"}
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -68,6 +68,7 @@ def test_nested_ordinary_submodule_layout_is_not_reported(project: Project, tmp_
         f"--separate-git-dir={project.root / '.git' / 'modules' / 'lib'}",
         str(source),
         str(project.root / "lib"),
+        hardened=False,  # the human's own clone of a local repository
     )
     run_git(project.root / "lib", "config", "core.worktree", "../../../lib")
     assert (project.root / "lib" / ".git").is_file()

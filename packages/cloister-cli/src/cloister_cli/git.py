@@ -36,7 +36,8 @@ def _git(
         result = subprocess.run(
             [program, "-C", str(directory), *args],
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="surrogateescape",  # file names are bytes; the agent chooses some
             check=False,
             env=git_environment(os.environ, hooks=hooks),
             stdin=subprocess.DEVNULL,

@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from docker.types import Mount
 
 from cloister_cli import git
+from cloister_core import beneath
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 
@@ -113,16 +114,15 @@ def unpin_commondir(common: Path) -> None:
             pin.unlink()
 
 
-def remove_placeholders(placeholders: Iterable[Path]) -> None:
-    """Remove what :func:`plan` created, if it is still empty (deepest first)."""
+def remove_placeholders(placeholders: Iterable[Path], roots: Iterable[Path]) -> None:
+    """Remove what :func:`plan` created, if it is still empty (deepest first), walking
+    from *roots* (the work tree, the git directory) without following a link: the agent
+    may have put one on the way."""
+    bases = list(roots)
     for path in sorted(placeholders, key=lambda item: len(item.parts), reverse=True):
-        with contextlib.suppress(OSError):
-            if path.is_symlink():
-                continue
-            if path.is_dir():
-                path.rmdir()  # only when empty
-            elif path.is_file() and path.stat().st_size == 0:
-                path.unlink()
+        root = next((base for base in bases if _inside(path, base) and path != base), None)
+        if root is not None:
+            beneath.remove_if_empty(root, path.relative_to(root).as_posix())
 
 
 # -- the git directory ---------------------------------------------------------------------
@@ -174,12 +174,19 @@ def _through_symlink(path: Path, root: Path) -> bool:
 
 @dataclass(slots=True)
 class _TreeScan:
-    """Finds what to protect in one work tree; collects mounts, reasons and placeholders."""
+    """Finds what to protect in one work tree; collects mounts, reasons and placeholders.
+
+    A read-only mount cannot be renamed or removed, but the directory holding it can be
+    renamed (the mount travels with it) and a new one made in its place: so every
+    directory between the root and a protected path is made a mount point too (of
+    itself, read-write), and then cannot be renamed either.
+    """
 
     plan: GitPlan
     worktree: Path
     roots: tuple[Path, ...]  # the work tree and the git directories: where the agent writes
     already: list[Path]  # read-only already (the git directory's files)
+    pinned: set[Path] = field(default_factory=set)  # directories that are mount points
 
     def covered(self, path: Path) -> bool:
         return any(_inside(path, done) for done in self.already)
@@ -198,16 +205,32 @@ class _TreeScan:
                 " project, which the agent could point elsewhere; make it a real path"
             )
         if not path.exists():
-            if directory:
-                path.mkdir(parents=True)
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.touch(mode=0o644)
-            self.plan.placeholders.append(path)
+            self._make(path, root, directory=directory)
+        self._pin_ancestors(path, root)
         self.already.append(path)
         self.plan.mounts.append(bind(path, self.container_path(path), read_only=True))
         if tell and _inside(path, self.worktree):
             self.plan.protections.append(Protection(path, reason))
+
+    def _make(self, path: Path, root: Path, *, directory: bool) -> None:
+        """Create *path* empty, and the directories to it; all are placeholders."""
+        missing = [path, *(parent for parent in path.parents if _inside(parent, root))]
+        missing = [item for item in missing if not item.exists()]
+        if directory:
+            path.mkdir(parents=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o644)
+        self.plan.placeholders.extend(missing)
+
+    def _pin_ancestors(self, path: Path, root: Path) -> None:
+        for ancestor in reversed(path.parents):
+            if ancestor in self.roots or ancestor in self.pinned or not _inside(ancestor, root):
+                continue
+            if any(_inside(ancestor, done) for done in self.already):
+                continue
+            self.pinned.add(ancestor)
+            self.plan.mounts.append(bind(ancestor, self.container_path(ancestor), read_only=False))
 
     def container_path(self, path: Path) -> PurePosixPath | Path:
         if _inside(path, self.worktree):
@@ -312,6 +335,11 @@ def plan(worktree: Path, *, is_git: bool, home: Path, nested: Iterable[Path] = (
     result.layout = where
     gitdir, common = where.git_dir, where.common_dir
     dot_git = worktree / ".git"
+    if dot_git.is_dir() and not dot_git.is_symlink() and gitdir != dot_git.resolve():
+        raise UnusualRepositoryError(
+            f"git reads {str(worktree)!r} from {str(gitdir)!r}, not from its own .git"
+            " (GIT_DIR or core.worktree?): Cloister cannot tell what to keep read-only"
+        )
     if dot_git.is_dir() and gitdir != common:
         raise UnusualRepositoryError(
             f"{str(gitdir / 'commondir')!r} exists: this repository's configuration lives"

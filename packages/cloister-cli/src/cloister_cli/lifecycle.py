@@ -281,8 +281,9 @@ def name_for_directory(context: Context, directory: Path) -> str:
 @dataclass(frozen=True, slots=True)
 class StopOutcome:
     stopped: bool
-    report: sessions.Report | None  # None: no session record (an older cloister)
+    report: sessions.Report | None  # None: no session record, or the review failed
     guard_held: bool
+    review_error: str | None = None  # why the review failed (the guard then stays)
 
 
 def stop(context: Context, name: str) -> StopOutcome:
@@ -297,6 +298,10 @@ def stop(context: Context, name: str) -> StopOutcome:
         if result.common_dir is not None:
             sessions.release_repository(context.docker, context.paths, result.common_dir)
         return StopOutcome(result.stopped, None, False)
-    report = sessions.report(context.paths, session, sessions.review_target(session))
+    try:
+        report = sessions.report(context.paths, session, sessions.review_target(session))
+    except Exception as error:  # what the agent left must not hide what it left
+        sessions.release(context.docker, context.paths, session, held=True)
+        return StopOutcome(result.stopped, None, True, f"{type(error).__name__}: {error}")
     sessions.release(context.docker, context.paths, session, held=report.holds_guard)
     return StopOutcome(result.stopped, report, report.holds_guard)

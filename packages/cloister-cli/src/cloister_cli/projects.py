@@ -48,6 +48,12 @@ def identify(directory: Path, name: str | None, *, allow_no_git: bool) -> Projec
         root, remote = directory.resolve(), None
     else:
         root, remote = top.resolve(), git.remote_url(top)
+        here = directory.resolve()
+        if here != root and root not in here.parents:
+            raise ProjectError(
+                f"git says the work tree of {directory} is {top} (core.worktree is set):"
+                " Cloister works in the directory that holds .git; unset core.worktree"
+            )
     project_name = (
         validate_name(name, what="project name") if name else project_name_from_path(root)
     )

@@ -29,6 +29,7 @@ from cloister_cli.review import (
     new_findings,
     review,
 )
+from cloister_cli.review.findings import finding
 from cloister_core.errors import CloisterError
 from cloister_core.gitdir import GitDirBaseline, take_baseline
 from cloister_core.paths import CloisterPaths
@@ -36,9 +37,11 @@ from cloister_core.sessions import (
     GuardEvent,
     SessionRecord,
     clear_events,
+    identity,
     list_sessions,
     read_events,
     read_session,
+    replaced,
     write_session,
 )
 
@@ -109,16 +112,25 @@ def prepare(paths: CloisterPaths, workspace: Workspace, name: str, *, home: Path
         gitlinks=tuple(git_plan.gitlinks),
         findings_at_start=baseline,
         placeholders=tuple(str(path) for path in git_plan.placeholders),
+        identities=_identities(directory, layout),
     )
     clear_events(paths, name)
     write_session(paths, session)
     return Prepared(git_plan, session)
 
 
+def _identities(worktree: Path, layout: git.Layout | None) -> dict[str, tuple[int, int]]:
+    places = [worktree, worktree / ".git"]
+    if layout is not None:
+        places += [layout.git_dir, layout.common_dir]
+    found = {str(path): identity(path) for path in dict.fromkeys(places)}
+    return {path: known for path, known in found.items() if known is not None}
+
+
 def report(paths: CloisterPaths, session: SessionRecord | None, target: ReviewTarget) -> Report:
     found = review(target)
     if session is not None:
-        found = new_findings(found, session.findings_at_start)
+        found = _replaced_findings(session) + new_findings(found, session.findings_at_start)
     events = read_events(paths, session.cloister) if session is not None else []
     moved = {
         event.path: _what_it_would_run(paths, session.project, Path(event.moved_to))
@@ -127,6 +139,22 @@ def report(paths: CloisterPaths, session: SessionRecord | None, target: ReviewTa
     }
     links = frozenset(git.gitlinks(target.worktree)) if target.git_dir is not None else frozenset()
     return Report(session, target, found, events, moved, links)
+
+
+def _replaced_findings(session: SessionRecord) -> list[Finding]:
+    """The work tree or a git directory that is no longer the one the cloister started
+    with (none can be replaced from inside; one that was is the agent's now)."""
+    return [
+        finding(
+            "replaced",
+            path,
+            "runs-code",
+            f"{path} is not what it was when the cloister started: git in the project may now"
+            " read a configuration and hooks of the agent's; look before you run git there",
+            content=str(identity(Path(path))),
+        )
+        for path in replaced(session)
+    ]
 
 
 def _what_it_would_run(paths: CloisterPaths, project: str, moved_to: Path) -> list[Finding]:
@@ -151,7 +179,8 @@ def release(
     write_session(paths, session)
     if held:
         return session
-    gitmounts.remove_placeholders(Path(path) for path in session.placeholders)
+    roots = [Path(value) for value in (session.worktree, session.common_dir) if value]
+    gitmounts.remove_placeholders((Path(path) for path in session.placeholders), roots)
     if session.common_dir:
         release_repository(client, paths, Path(session.common_dir))
     return session

@@ -36,6 +36,15 @@ _HARDENED: tuple[tuple[str, str, str], ...] = (
     ("fetch.recurseSubmodules", "false", "fetch must not fetch submodules (.gitmodules URLs)"),
     ("push.recurseSubmodules", "no", "push must not push (or check) submodules"),
     ("diff.submodule", "short", "the log/diff forms run git inside submodules"),
+    # Transports: the network ones only. A local path or file:// URL runs git-upload-pack
+    # or git-receive-pack *in that repository*, whose hooks and config the agent wrote
+    # (`git push ./evil.git`); ext:: runs a shell command; other remote helpers are
+    # programs named by the URL.
+    ("protocol.allow", "never", "no transport unless listed below"),
+    ("protocol.https.allow", "always", "the network transports a remote uses"),
+    ("protocol.http.allow", "always", "the network transports a remote uses"),
+    ("protocol.ssh.allow", "always", "the network transports a remote uses"),
+    ("protocol.git.allow", "always", "the network transports a remote uses"),
     ("protocol.ext.allow", "never", "ext:: URLs (.gitmodules, remotes) run shell commands"),
     ("core.pager", "cat", "no pager program; output goes back to the agent as it is"),
 )

@@ -57,6 +57,9 @@ class SessionRecord(BaseModel):
     findings_at_start: tuple[str, ...] = ()  # fingerprints of what review found at start
     placeholders: tuple[str, ...] = ()  # made by Cloister to be kept read-only; removed at the end
     guard_held: bool = False  # stop found a planted repository: the git guard stays on
+    # (st_dev, st_ino) of the work tree and git directories at start: none can be
+    # replaced from inside (mount points), so a change means something went wrong.
+    identities: dict[str, tuple[int, int]] = {}
 
     @field_validator("cloister")
     @classmethod
@@ -83,6 +86,27 @@ class GuardEvent(BaseModel):
     path: str
     detail: str
     moved_to: str | None = None  # where a quarantined thing is now
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of *path* itself (no link followed); None when it is gone."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+def replaced(record: SessionRecord) -> list[str]:
+    """The paths of *record*'s identities that are now something else (or gone)."""
+    return [
+        path for path, known in record.identities.items() if identity(Path(path)) != tuple(known)
+    ]
+
+
+def displayable(text: str) -> str:
+    """*text* with undecodable file-name bytes (surrogate escapes) as ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def write_session(paths: CloisterPaths, record: SessionRecord) -> Path:
@@ -126,9 +150,16 @@ def append_event(
     *,
     moved_to: str | None = None,
 ) -> GuardEvent:
-    """Append one event; a single O_APPEND write, so concurrent writers never interleave."""
+    """Append one event; a single O_APPEND write, so concurrent writers never interleave.
+
+    Paths are the agent's choice: bytes that are no UTF-8 are kept as escapes.
+    """
     event = GuardEvent(
-        time=datetime.now(UTC), action=action, path=path, detail=detail, moved_to=moved_to
+        time=datetime.now(UTC),
+        action=action,
+        path=displayable(path),
+        detail=displayable(detail),
+        moved_to=displayable(moved_to) if moved_to is not None else None,
     )
     file = paths.session_events(cloister)
     file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -29,11 +29,13 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from cloister_core import beneath
 from cloister_core.config.models import GitGuardMode
 from cloister_core.gitdir import (
     ALTERNATES_FILES,
@@ -47,7 +49,7 @@ from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import GuardAction, SessionRecord, append_event, list_sessions
 from cloister_core.watch import TokenDirectory
-from cloister_executor import beneath, inotify
+from cloister_executor import inotify
 from cloister_executor.engine import Engine
 
 REFRESH_SECONDS = 0.5  # how often the set of running cloisters is re-read
@@ -333,7 +335,10 @@ class GitGuard:
                     self._dirty_indexes.add(name)
             owner = self._repository_of(change.path)
             if owner is not None and change.kind in ("created", "moved_in", "written"):
-                self._neutralise(owner, change.path)
+                try:
+                    self._neutralise(owner, change.path)
+                except Exception as error:  # reported; the next change is still handled
+                    self._report(f"git guard: {change.path}: {type(error).__name__}: {error}")
 
     def _take_changes(self) -> None:
         """Route pending events; sweep what events cannot vouch for."""
@@ -372,11 +377,19 @@ class GitGuard:
                 self._dirty_indexes.discard(name)
                 worktree = self._worktrees.get(name)
                 if worktree is not None:
-                    await self._check_gitlinks(worktree)
-            for worktree in self._worktrees.values():
+                    await self._each(worktree, self._check_gitlinks(worktree))
+            for worktree in list(self._worktrees.values()):
                 if worktree.new_gitlinks:  # a repository may have been moved in since
-                    await self._watch_and_quarantine(worktree)
+                    await self._each(worktree, self._watch_and_quarantine(worktree))
             await self._pause_pending()
+
+    async def _each(self, worktree: _WorkTree, action: Coroutine[Any, Any, None]) -> None:
+        """One cloister's part; what fails there (names the agent chose, say) is reported
+        and does not keep the others unguarded."""
+        try:
+            await action
+        except Exception as error:
+            self._report(f"git guard: {worktree.session.cloister}: {type(error).__name__}: {error}")
 
     async def _pause_pending(self) -> None:
         if self._mode() != "pause":
@@ -402,15 +415,19 @@ class GitGuard:
         return self._notices.pop(cloister, [])
 
     async def run(self) -> None:
-        """Guard until cancelled."""
+        """Guard until cancelled; a failure is reported and the next round tries again
+        (whatever the agent planted must not stop the guard for every cloister)."""
         loop = asyncio.get_running_loop()
         ready = asyncio.Event()
         if self._watcher is not None:
             loop.add_reader(self._watcher.fileno(), ready.set)
         try:
             while True:
-                self.refresh()
-                await self.settle()
+                try:
+                    self.refresh()
+                    await self.settle()
+                except Exception as error:
+                    self._report(f"git guard: {type(error).__name__}: {error}")
                 ready.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(REFRESH_SECONDS):

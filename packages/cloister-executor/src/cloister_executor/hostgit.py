@@ -34,7 +34,7 @@ from cloister_core.gitargv import (
 from cloister_core.gitdir import SpecialScanner, planted
 from cloister_core.gitsafety import git_environment
 from cloister_core.paths import CloisterPaths
-from cloister_core.sessions import GuardEvent, SessionRecord, read_events
+from cloister_core.sessions import GuardEvent, SessionRecord, read_events, replaced
 from cloister_core.watch import Signature, file_signature
 from cloister_executor.guard import GitGuard
 from cloister_executor.landlock import WriteConfinement, landlock_abi, preexec
@@ -131,7 +131,16 @@ class ProjectChecks:
 
     async def _problems(self, session: SessionRecord) -> str | None:
         if self.guard is not None:
-            await self.guard.settle(session.cloister)
+            try:
+                await self.guard.settle(session.cloister)
+            except Exception as error:
+                return f"the git guard failed ({type(error).__name__}: {error}); refused"
+        gone = replaced(session)
+        if gone:
+            return (
+                f"{', '.join(gone)} is not what it was when cloister {session.cloister} started;"
+                " refused"
+            )
         events = read_events(self.paths, session.cloister)
         hostile = [event for event in events if event.action in TAINTING]
         if hostile:

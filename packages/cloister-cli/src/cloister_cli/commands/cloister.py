@@ -157,6 +157,11 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
         if not outcome.stopped:
             raise click.ClickException(f"no cloister {each!r} (`cloister list`)")
         click.echo(f"stopped {each}")
+        if outcome.review_error is not None:
+            warn(
+                f"could not review what cloister {each} left ({outcome.review_error});"
+                " treat its work as hostile until `cloister review` succeeds"
+            )
         if outcome.report is not None:
             print_report(outcome.report, who=f"cloister {each}")
         if outcome.guard_held:

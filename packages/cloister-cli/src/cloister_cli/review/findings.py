@@ -28,6 +28,7 @@ FindingKind = Literal[
     "gitmodules",
     "sequencer",
     "outside-symlink",
+    "replaced",
 ]
 Severity = Literal["runs-code", "reads-outside", "review"]
 FixAction = Literal["quarantine", "remove"]

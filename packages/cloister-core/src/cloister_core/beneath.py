@@ -124,3 +124,19 @@ def is_real_directory(root: Path, relative: str) -> bool:
     """Whether *relative* below *root* is a directory reached through no link."""
     info = lstat_below(root, relative)
     return info is not None and stat.S_ISDIR(info.st_mode)
+
+
+def remove_if_empty(root: Path, relative: str) -> bool:
+    """Remove an empty directory or an empty regular file; whether one was removed."""
+    try:
+        with parent_of(root, relative) as (fd, name):
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                os.rmdir(name, dir_fd=fd)  # fails unless empty
+            elif stat.S_ISREG(info.st_mode) and info.st_size == 0:
+                os.unlink(name, dir_fd=fd)
+            else:
+                return False
+    except OSError:
+        return False
+    return True

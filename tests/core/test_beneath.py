@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cloister_executor import beneath
+from cloister_core import beneath
 
 
 @pytest.fixture
