@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import os
-import shutil
 import stat
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -44,16 +41,14 @@ from cloister_core.gitdir import (
     SpecialScanner,
     planted,
 )
-from cloister_core.gitsafety import git_environment
 from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import GuardAction, SessionRecord, append_event, list_sessions
 from cloister_core.watch import TokenDirectory
-from cloister_executor import inotify
+from cloister_executor import gitlinks, inotify
 from cloister_executor.engine import Engine
 
 REFRESH_SECONDS = 0.5  # how often the set of running cloisters is re-read
-GIT_TIMEOUT = 30.0
 
 
 @dataclass(slots=True)
@@ -253,7 +248,7 @@ class GitGuard:
     # -- gitlinks ------------------------------------------------------------------------------
 
     async def _check_gitlinks(self, worktree: _WorkTree) -> None:
-        found = [] if _no_gitlink_in(worktree.index) else await _gitlinks(worktree.root)
+        found = [] if gitlinks.none_in(worktree.index) else await gitlinks.listed(worktree.root)
         if found is None:
             return
         new = [path for path in found if path not in worktree.gitlinks_at_start]
@@ -282,24 +277,13 @@ class GitGuard:
         """Move ``<gitlink>/.git`` out of the project, if there is one (no link followed)."""
         dot_git = worktree.root / gitlink / ".git"
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        into = self._paths.quarantine_dir / worktree.session.project / stamp
         try:
-            with beneath.parent_of(worktree.root, f"{gitlink}/.git") as (fd, name):
-                os.stat(name, dir_fd=fd, follow_symlinks=False)  # there at all?
-                destination = (
-                    self._paths.quarantine_dir / worktree.session.project / stamp
-                ).joinpath(*Path(gitlink).parts, ".git")
-                destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                try:
-                    os.rename(name, destination, src_dir_fd=fd)
-                except OSError as error:
-                    if error.errno != errno.EXDEV:
-                        raise
-                    source = beneath.proc_path(fd, name)
-                    await asyncio.to_thread(shutil.move, source, destination)
-        except FileNotFoundError:
-            return
+            destination = await gitlinks.move_repository_away(worktree.root, gitlink, into)
         except OSError as error:
             self._report(f"git guard: cannot move {dot_git} away: {error}")
+            return
+        if destination is None:
             return
         detail = (
             f"a repository at gitlink {gitlink!r}, which your git would enter (and run its"
@@ -439,69 +423,3 @@ class GitGuard:
 
     def guarded(self) -> list[str]:
         return sorted(self._worktrees)
-
-
-def _readlink(path: Path) -> str | None:
-    try:
-        return str(path.readlink())
-    except OSError:
-        return None
-
-
-# A gitlink's mode in an index entry (0o160000, 32-bit big-endian).
-GITLINK_MODE = (0o160000).to_bytes(4, "big")
-
-
-def _no_gitlink_in(index: Path) -> bool:
-    """Whether the index certainly holds no gitlink (a quick look at its bytes).
-
-    Every entry's mode is stored as four bytes; when that pattern occurs nowhere, there
-    is none, and git need not be asked. Otherwise (or for a split index, whose entries
-    live in ``sharedindex.*`` files) git lists them.
-    """
-    try:
-        fd = os.open(index, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read()
-    finally:
-        os.close(fd)
-    if GITLINK_MODE in data:
-        return False
-    return not any(index.parent.glob("sharedindex.*"))
-
-
-async def _gitlinks(worktree: Path) -> list[str] | None:
-    """The gitlink paths of the work tree's index (git's own reader; hardened)."""
-    git = shutil.which("git")
-    if git is None:
-        return None
-    process = await asyncio.create_subprocess_exec(
-        git,
-        "-C",
-        str(worktree),
-        "ls-files",
-        "--stage",
-        "-z",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=git_environment(os.environ, hooks=False),
-    )
-    try:
-        async with asyncio.timeout(GIT_TIMEOUT):
-            output, _ = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        return None
-    if process.returncode != 0:
-        return None
-    found = []
-    for entry in output.decode("utf-8", "surrogateescape").split("\0"):
-        meta, _, path = entry.partition("\t")
-        if meta.startswith("160000 "):
-            found.append(path)
-    return found
