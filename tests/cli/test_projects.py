@@ -230,5 +230,5 @@ def test_a_work_tree_elsewhere_is_refused(tmp_path: Path) -> None:
     other = make_repo(tmp_path / "other")
     here = make_repo(tmp_path / "here")
     run_git(here, "config", "core.worktree", str(other))
-    with pytest.raises(projects.ProjectError, match="core.worktree is set"):
+    with pytest.raises(projects.ProjectError, match=r"core\.worktree is set"):
         projects.identify(here, None, allow_no_git=False)
