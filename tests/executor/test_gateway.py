@@ -231,3 +231,11 @@ def test_audit_lines(world: dict[str, Any]) -> None:
 
 def test_health(world: dict[str, Any]) -> None:
     assert world["client"].get("/healthz").json() == {"status": "ok"}
+
+
+def test_unsafe_git_is_denied_before_anyone_is_asked(world: dict[str, Any]) -> None:
+    """`git push` waits for a human (manual_approve); one that names a program to run is
+    refused at once, not shown to the human for a yes the executor would refuse anyway."""
+    status, body = post(world, {"args": ["git", "push", "--receive-pack=touch x", "origin"]})
+    assert (status, body["status"]) == (200, "denied")
+    assert "'--receive-pack=touch x'" in body["reason"]

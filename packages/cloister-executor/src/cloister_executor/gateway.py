@@ -40,6 +40,7 @@ from cloister_core.commands import CommandVerdict
 from cloister_core.config.models import Duration
 from cloister_core.errors import InvalidCommandError
 from cloister_core.fileio import read_secret
+from cloister_core.gitargv import UnsafeGitCommandError, check_git_argv, is_git_program
 from cloister_core.hub import (
     SERVICE_AUTH_SCHEME,
     SERVICE_COMMANDS_PATH,
@@ -222,6 +223,12 @@ class Gateway:
             return HostexecOut(status="error", reason=f"configuration error: {problem}")
         verdict = policy.commands.decide(request.args)  # InvalidCommandError: the caller's 400
         self._log("hostexec.request", who, argv=request.args, command=verdict.command)
+        refused = _unsafe_git(request.args)
+        if refused is not None:  # before a human is asked: the executor refuses it anyway
+            self._log(
+                "hostexec.decision", who, command=verdict.command, status="denied", reason=refused
+            )
+            return HostexecOut(status="denied", reason=refused)
         status: Status
         if verdict.action == "auto_approve":
             status = "auto_approved"
@@ -320,6 +327,17 @@ class Gateway:
             stderr_truncated=result.stderr_truncated,
             reason="timed out and killed" if result.timed_out else None,
         )
+
+
+def _unsafe_git(argv: list[str]) -> str | None:
+    """Why a git argv is refused whatever the patterns say (:mod:`cloister_core.gitargv`)."""
+    if not is_git_program(argv[0]):
+        return None
+    try:
+        check_git_argv(argv)
+    except UnsafeGitCommandError as error:
+        return str(error)
+    return None
 
 
 async def request_endpoint(request: Request) -> Response:
