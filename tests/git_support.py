@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
+from hashlib import sha1
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,22 @@ def make_repo(path: Path) -> Path:
     run_git(path, "add", "README")
     run_git(path, "commit", "-q", "-m", "first")
     return path
+
+
+def forge_index(repo: Path, entries: list[tuple[int, str, str]]) -> None:
+    """Write ``.git/index`` by hand (version 2): (mode, blob id, path) per entry, as an
+    agent can; git checks paths only when it writes an index itself."""
+    body = b""
+    for mode, blob, path in sorted(entries, key=lambda item: item[2]):
+        name = path.encode()
+        entry = struct.pack(">10I", 0, 0, 0, 0, 0, 0, mode, 0, 0, 0)
+        entry += bytes.fromhex(blob) + struct.pack(">H", min(len(name), 0xFFF)) + name
+        entry += b"\0" * (8 - (len(entry) % 8))
+        body += entry
+    data = b"DIRC" + struct.pack(">II", 2, len(entries)) + body
+    (repo / ".git" / "index").write_bytes(data + sha1(data).digest())  # noqa: S324 - git's format
+
+
+def blob(repo: Path, text: str) -> str:
+    (repo / ".blob").write_text(text, encoding="utf-8")
+    return run_git(repo, "hash-object", "-w", ".blob")

@@ -438,6 +438,8 @@ def test_container_is_hardened_as_configured(
         "/work/.git/hooks": (str(gitdir / "hooks"), False),
         "/work/.git/config": (str(gitdir / "config"), False),
         "/work/.git/commondir": (str(gitdir / "commondir"), False),
+        "/work/.git/remotes": (str(gitdir / "remotes"), False),
+        "/work/.git/branches": (str(gitdir / "branches"), False),
         "/work/.gitmodules": (str(repo.resolve() / ".gitmodules"), False),
         f"/refs/{reference.name}": (str(reference.resolve()), False),
     }

@@ -120,6 +120,8 @@ def test_main_checkout_mounts(host: Host, repo: Path) -> None:
         ("/work/.git/hooks", str(git_dir / "hooks"), True),
         ("/work/.git/config", str(git_dir / "config"), True),
         ("/work/.git/commondir", str(git_dir / "commondir"), True),
+        ("/work/.git/remotes", str(git_dir / "remotes"), True),
+        ("/work/.git/branches", str(git_dir / "branches"), True),
         # No .gitmodules: an empty read-only directory stands in (see gitmounts).
         ("/work/.gitmodules", str(repo / ".gitmodules"), True),
     ]
@@ -188,6 +190,8 @@ def test_linked_worktree_mounts(host: Host, repo: Path) -> None:
             (str(common / "hooks"), str(common / "hooks"), True),
             (str(common / "config"), str(common / "config"), True),
             (str(common / "commondir"), str(common / "commondir"), True),
+            (str(common / "remotes"), str(common / "remotes"), True),
+            (str(common / "branches"), str(common / "branches"), True),
             (str(common / "worktrees"), str(common / "worktrees"), True),
             (str(own / "commondir"), str(own / "commondir"), True),
             (str(own / "gitdir"), str(own / "gitdir"), True),

@@ -58,10 +58,14 @@ def write_hook(path: Path, body: str) -> None:
 def test_a_hooks_path_inside_the_project_is_read_only(repo: Path, home: Path) -> None:
     write_hook(repo / ".githooks" / "pre-commit", "exit 0")
     run_git(repo, "config", "core.hooksPath", ".githooks")
+    legacy = [repo / ".git" / "remotes", repo / ".git" / "branches"]
+    missing = [path for path in legacy if not path.exists()]
     git_plan = plan(repo, home)
     assert read_only(git_plan)["/work/.githooks"] == str(repo / ".githooks")
     assert "core.hooksPath" in protected(git_plan, repo)[".githooks"]
-    assert git_plan.placeholders == [repo / ".gitmodules"]
+    # Made so that the agent cannot: the legacy remote directories, the .gitmodules stand-in.
+    assert git_plan.placeholders == [*missing, repo / ".gitmodules"]
+    assert {"/work/.git/remotes", "/work/.git/branches"} <= set(read_only(git_plan))
 
 
 def test_a_missing_hooks_path_is_created_so_the_agent_cannot(repo: Path, home: Path) -> None:
@@ -169,7 +173,7 @@ def test_gitmodules_is_read_only_or_stood_in_for(repo: Path, home: Path) -> None
     (repo / ".gitmodules").write_text('[submodule "x"]\n\tpath = x\n', encoding="utf-8")
     git_plan = plan(repo, home)
     assert read_only(git_plan)["/work/.gitmodules"] == str(repo / ".gitmodules")
-    assert git_plan.placeholders == []
+    assert repo / ".gitmodules" not in git_plan.placeholders
 
 
 def test_a_symlinked_gitmodules_is_refused(repo: Path, home: Path) -> None:
@@ -278,3 +282,34 @@ def test_removing_placeholders_follows_no_link(repo: Path, home: Path, tmp_path:
     (repo / "tools").symlink_to(human)  # the agent's doing
     gitmounts.remove_placeholders(git_plan.placeholders, [repo])
     assert (human / "hooks").is_dir()
+
+
+def test_a_nested_repository_gets_what_the_project_gets(repo: Path, home: Path) -> None:
+    """Its hooks path (husky's whole), its config's include targets and a pinned
+    commondir: the human's git run inside it would otherwise run the agent's code."""
+    lib = make_repo(repo / "lib" / "b")
+    write_hook(lib / ".husky" / "_" / "h", "exit 0")
+    run_git(lib, "config", "core.hooksPath", ".husky/_")
+    (repo / "lib" / "shared.gitconfig").write_text("", encoding="utf-8")
+    run_git(lib, "config", "include.path", "../../shared.gitconfig")
+    git_plan = plan(repo, home, nested=(lib / ".git",))
+    ro = read_only(git_plan)
+    assert ro["/work/lib/b/.husky"] == str(lib / ".husky")
+    assert ro["/work/lib/shared.gitconfig"] == str(repo / "lib" / "shared.gitconfig")
+    assert ro["/work/lib/b/.git/commondir"] == str(lib / ".git" / "commondir")
+    assert (lib / ".git" / "commondir").read_text(encoding="utf-8") == ".\n"
+    assert git_plan.pins == [lib / ".git" / "commondir"]
+    assert run_git(lib, "rev-parse", "--git-common-dir") == str(lib / ".git")  # its own
+    gitmounts.unpin_commondir(lib / ".git")
+    assert not (lib / ".git" / "commondir").exists()
+
+
+def test_too_many_nested_repositories_refuse_the_start(
+    repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rather than leaving some of them writable (an agent could have made many, to push
+    the human's own past a limit)."""
+    monkeypatch.setattr(gitmounts, "MAX_NESTED", 2)
+    nested = tuple(make_repo(repo / f"r{index}") / ".git" for index in range(3))
+    with pytest.raises(UnusualRepositoryError, match="holds 3 git repositories"):
+        plan(repo, home, nested=nested)

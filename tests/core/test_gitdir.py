@@ -187,3 +187,27 @@ def test_a_directory_replaced_by_a_link_is_found(tmp_path: Path) -> None:
     (root / "refs" / "heads" / "feature").rename(tmp_path / "moved")
     (root / "refs" / "heads" / "feature").symlink_to(tmp_path)
     assert [item.relative for item in planted(root, baseline, scanner)] == ["refs/heads/feature"]
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("README", None),
+        ("src/.eslintrc", None),
+        (".github/workflows/ci.yml", None),
+        ("a/.gitignore", None),
+        ("x..y/z", None),
+        ("../secret", "'..'"),
+        ("a/../../b", "'..'"),
+        ("./a", "'.'"),
+        ("/etc/passwd", "absolute"),
+        ("a//b", "empty"),
+        ("a/", "empty"),
+        ("", "empty"),
+        (".git/hooks/pre-commit", ".git"),
+        ("sub/.GIT/config", ".git"),
+    ],
+)
+def test_unsafe_index_paths(path: str, reason: str | None) -> None:
+    found = gitdir.unsafe_index_path(path)
+    assert (found is None) if reason is None else (found is not None and reason in found)

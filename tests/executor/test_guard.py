@@ -343,3 +343,38 @@ async def test_names_that_are_no_utf8_neither_stop_the_guard(setup: Setup) -> No
     (setup.repo / ".git" / "shallow").symlink_to(setup.secret)
     await guard.settle("api")
     assert not (setup.repo / ".git" / "shallow").is_symlink()
+
+
+@synchronous
+async def test_a_forged_index_is_rebuilt_and_the_cloister_paused(setup: Setup) -> None:
+    from tests.git_support import blob, forge_index
+
+    setup.session()
+    guard = setup.guard()
+    guard.refresh()
+    await guard.settle()
+    forge_index(setup.repo, [(0o100644, blob(setup.repo, "x"), "../outside-written")])
+    await guard.settle("api")
+    assert "../outside-written" not in human_git(setup.repo, "ls-files")
+    await asyncio.to_thread(human_git, setup.repo, "restore", ".")
+    assert not (setup.root / "outside-written").exists()
+    actions = [event.action for event in read_events(setup.paths, "api")]
+    assert actions == ["rebuilt", "paused"]
+    (moved,) = setup.paths.quarantine_dir.glob("api/*/.git/index")
+    assert moved.is_file()
+
+
+@synchronous
+async def test_the_humans_nested_repositories_are_never_moved(setup: Setup) -> None:
+    """A repository that was in the work tree at start is the human's (its config and
+    hooks are read-only in the cloister): made a gitlink, it stays where it is."""
+    lib = make_repo(setup.repo / "lib")
+    setup.session()
+    record = setup.paths.session_file("api")
+    session = SessionRecord.model_validate_json(record.read_bytes())
+    write_session(setup.paths, session.model_copy(update={"nested": ("lib",)}))
+    guard = setup.guard()
+    guard.refresh()
+    git(setup.repo, "add", "lib")
+    await guard.settle("api")
+    assert (lib / ".git").is_dir()

@@ -272,3 +272,23 @@ def test_a_replaced_git_directory_refuses_everything(
     git(tmp_path, "init", "-q", str(repo))
     refusal = as_refusal(harness.request(["git", "status"]))
     assert f"{repo / '.git'} is not what it was" in refusal.reason
+
+
+@pytest.mark.parametrize("guard", [False, True], ids=["checks", "guard"])
+def test_a_forged_index_naming_a_host_file_reveals_nothing(
+    harness: DaemonHarness, secret: Path, guard: bool, paused: list[str]
+) -> None:
+    """git checks an index entry's path when it writes one, not when it reads the index."""
+    from tests.git_support import blob, forge_index
+
+    repo = git_project(harness)
+    start(harness, guard=guard)
+    readme = blob(repo, "hello\n")
+    relative = os.path.relpath(secret, repo)
+    forge_index(repo, [(0o100644, readme, "README"), (0o100644, readme, relative)])
+    refusal = as_refusal(harness.request(["git", "diff"]))
+    assert repr(relative) in refusal.reason
+    assert "SECRET-LINE" not in refusal.reason
+    if guard:
+        assert "rebuilt" in refusal.reason
+        assert git(repo, "ls-files") == "README"

@@ -82,6 +82,16 @@ def _fifo(project: Project) -> None:
     os.mkfifo(project.root / ".git" / "FETCH_HEAD")
 
 
+def _forged_index(*paths: str) -> Step:
+    def plant(project: Project) -> None:
+        from tests.git_support import blob, forge_index
+
+        readme = blob(project.root, "hello\n")
+        forge_index(project.root, [(0o100644, readme, path) for path in ("README", *paths)])
+
+    return plant
+
+
 def _outside_file(project: Project, name: str) -> str:
     path = project.outside / name
     path.write_text("the human's file\n", encoding="utf-8")
@@ -201,6 +211,15 @@ CASES: dict[str, Case] = {
         plant=lambda p: p.link("docs/notes", _outside_file(p, "notes")),
         benign=lambda p: p.link("docs/notes", "../README"),
         change=lambda p: p.link("docs/notes", _outside_file(p, "other-notes")),
+    ),
+    "index-entry": Case(
+        "index-entry",
+        ".git/index",
+        "runs-code",
+        "the index names 1 path(s) outside the work tree or in .git ('../secret'",
+        plant=_forged_index("../secret"),
+        benign=_forged_index("docs/secret"),
+        change=_forged_index("../other"),
     ),
 }
 

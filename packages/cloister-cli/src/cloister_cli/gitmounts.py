@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -53,8 +53,9 @@ HOOK_FRAMEWORKS: dict[str, tuple[str, ...]] = {
     ),
     "overcommit": (".overcommit.yml",),
 }  # fmt: skip
-# More nested repositories than this are left to `cloister review` (each costs mounts).
-MAX_NESTED = 64
+# Each nested repository costs a dozen mounts; more than this refuses the start (rather
+# than leaving some of them writable).
+MAX_NESTED = 100
 
 
 class UnusualRepositoryError(CloisterError):
@@ -81,6 +82,7 @@ class GitPlan:
     layout: git.Layout | None = None
     protections: list[Protection] = field(default_factory=list)
     placeholders: list[Path] = field(default_factory=list)
+    pins: list[Path] = field(default_factory=list)  # commondir pins made in nested repositories
     gitlinks: list[str] = field(default_factory=list)
 
     @property
@@ -91,14 +93,18 @@ class GitPlan:
 # -- the commondir pin -------------------------------------------------------------------
 
 
-def _pin_commondir(common: Path) -> Path:
+def _pin_commondir(common: Path, made: list[Path] | None = None, *, strict: bool = True) -> Path:
+    """``commondir`` holding the pin (created when missing; recorded in *made* then);
+    a different one is refused when *strict*, else kept (and made read-only)."""
     pin = common / "commondir"
     try:
         text = pin.read_text(encoding="utf-8")
     except FileNotFoundError:
         atomic_write(pin, COMMONDIR_PIN, mode=0o644)
+        if made is not None:
+            made.append(pin)
         return pin
-    if text != COMMONDIR_PIN:
+    if text != COMMONDIR_PIN and strict:
         raise UnusualRepositoryError(
             f"{str(pin)!r} exists ({text.strip()!r}): this repository's configuration lives"
             " elsewhere, and Cloister cannot keep it read-only"
@@ -129,7 +135,7 @@ def remove_placeholders(placeholders: Iterable[Path], roots: Iterable[Path]) -> 
 
 
 def _git_directory_files(
-    plan: GitPlan, common: Path, gitdir: Path, *, per_worktree: bool
+    plan: GitPlan, common: Path, gitdir: Path, *, per_worktree: bool, nested: bool = False
 ) -> list[Path]:
     """What git reads code to run from (or config that names it) in the git directory.
 
@@ -141,7 +147,17 @@ def _git_directory_files(
     hooks = common / "hooks"
     if not hooks.exists():
         hooks.mkdir()  # a missing directory could be created from inside
-    found = [hooks, common / "config", _pin_commondir(common)]
+    # The project's own pin stays while any cloister uses the repository; one in a nested
+    # repository of the human's is this session's (recorded, removed at the end).
+    pin = _pin_commondir(common, plan.pins, strict=False) if nested else _pin_commondir(common)
+    found = [hooks, common / "config", pin]
+    # Remotes the old way (`remotes/<name>`, `branches/<name>`): `git push` takes a URL
+    # from them, and a local path runs git-receive-pack, and hooks, in that repository.
+    for legacy in (common / "remotes", common / "branches"):
+        if not legacy.exists():
+            legacy.mkdir()
+            plan.placeholders.append(legacy)
+        found.append(legacy)
     found += [common / name for name in ("worktrees", "modules") if (common / name).is_dir()]
     for directory in dict.fromkeys((common, gitdir)):
         config_worktree = directory / "config.worktree"
@@ -265,8 +281,8 @@ def _include_target(include: git.Include, worktree: Path, home: Path) -> Path | 
     return target if target.is_absolute() else origin.parent / target
 
 
-def _tree_paths(scan: _TreeScan, layout: git.Layout, home: Path) -> None:
-    worktree = scan.worktree
+def _repository_paths(scan: _TreeScan, worktree: Path, common: Path, home: Path) -> None:
+    """The code-running paths of the repository whose work tree is *worktree*."""
     hooks = Path(os.path.normpath(git.hooks_directory(worktree)))
     if _inside(hooks, worktree) and not _inside(hooks, worktree / ".git"):
         husky = worktree / ".husky"
@@ -274,7 +290,7 @@ def _tree_paths(scan: _TreeScan, layout: git.Layout, home: Path) -> None:
             scan.protect(husky, "husky runs your hooks from it", directory=True)
         else:
             scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
-    elif hooks != layout.common_dir / "hooks":
+    elif hooks != common / "hooks":
         scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
     for framework in sorted(_hook_frameworks(hooks)):
         for name in HOOK_FRAMEWORKS[framework]:
@@ -284,7 +300,10 @@ def _tree_paths(scan: _TreeScan, layout: git.Layout, home: Path) -> None:
         target = _include_target(include, worktree, home)
         if target is not None:
             scan.protect(Path(os.path.normpath(target)), "your git config includes it")
-    gitmodules = worktree / ".gitmodules"
+
+
+def _gitmodules(scan: _TreeScan) -> None:
+    gitmodules = scan.worktree / ".gitmodules"
     if gitmodules.is_symlink():
         raise UnusualRepositoryError(
             f"{str(gitmodules)!r} is a symbolic link: git ignores it and reads the index's"
@@ -300,20 +319,34 @@ def _tree_paths(scan: _TreeScan, layout: git.Layout, home: Path) -> None:
     )
 
 
-def _nested_repositories(scan: _TreeScan, nested: Iterable[Path]) -> None:
-    """Keep the code-running files of repositories nested in the project read-only."""
-    for count, dot_git in enumerate(sorted(nested)):
-        if count >= MAX_NESTED:
-            break
-        if dot_git.is_file() and not dot_git.is_symlink():
+def _nested_repositories(scan: _TreeScan, nested: Sequence[Path], home: Path) -> None:
+    """Repositories of the human's inside the project: each gets what the project's own
+    gets (its git directory's code-running files, hooks path, hook frameworks' config,
+    include targets), or the human's git run inside one would run the agent's code."""
+    if len(nested) > MAX_NESTED:
+        listed = ", ".join(str(path.parent) for path in sorted(nested)[:5])
+        raise UnusualRepositoryError(
+            f"{scan.worktree} holds {len(nested)} git repositories ({listed}, …); Cloister"
+            f" keeps the code-running files of up to {MAX_NESTED} read-only. Remove those you"
+            " do not need, or start the cloister in a subdirectory"
+        )
+    for dot_git in sorted(nested):
+        repository = dot_git.parent
+        if dot_git.is_symlink() or scan.covered(dot_git):
+            continue
+        if dot_git.is_file():
             scan.protect(dot_git, "it says where a nested repository's git directory is")
-        elif dot_git.is_dir() and not dot_git.is_symlink():
-            for name, directory in (("config", False), ("hooks", True), ("commondir", False)):
-                if name == "commondir" and not (dot_git / name).exists():
-                    continue
-                scan.protect(
-                    dot_git / name, "a nested repository runs code from it", directory=directory
-                )
+            with contextlib.suppress(git.GitError):
+                common = git.layout(repository).common_dir
+                _repository_paths(scan, repository, common, home)
+        elif dot_git.is_dir():
+            per_worktree = git.worktree_config(repository)
+            files = _git_directory_files(
+                scan.plan, dot_git, dot_git, per_worktree=per_worktree, nested=True
+            )
+            for path in files:
+                scan.protect(path, "a repository inside the project runs code from it", tell=False)
+            _repository_paths(scan, repository, dot_git, home)
 
 
 # -- the plan --------------------------------------------------------------------------------
@@ -364,7 +397,8 @@ def plan(worktree: Path, *, is_git: bool, home: Path, nested: Iterable[Path] = (
         raise UnusualRepositoryError(f"{str(dot_git)!r} is neither a directory nor a file")
     already = [*files, *([dot_git] if dot_git.is_file() else [])]
     scan = _TreeScan(result, worktree, (worktree, common, gitdir), already)
-    _tree_paths(scan, where, home)
-    _nested_repositories(scan, nested)
+    _repository_paths(scan, worktree, common, home)
+    _gitmodules(scan)
+    _nested_repositories(scan, list(nested), home)
     result.gitlinks = git.gitlinks(worktree)
     return result

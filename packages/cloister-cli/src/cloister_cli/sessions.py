@@ -88,12 +88,8 @@ def prepare(paths: CloisterPaths, workspace: Workspace, name: str, *, home: Path
     """Everything the host needs before the cloister's container may start."""
     directory = workspace.directory
     is_git = workspace.project.git
-    git_plan = gitmounts.plan(
-        directory,
-        is_git=is_git,
-        home=home,
-        nested=nested_git_entries(directory) if is_git else (),
-    )
+    nested = nested_git_entries(directory) if is_git else []
+    git_plan = gitmounts.plan(directory, is_git=is_git, home=home, nested=nested)
     layout = git_plan.layout
     target = ReviewTarget(
         directory, layout.git_dir if layout else None, layout.common_dir if layout else None
@@ -112,6 +108,8 @@ def prepare(paths: CloisterPaths, workspace: Workspace, name: str, *, home: Path
         gitlinks=tuple(git_plan.gitlinks),
         findings_at_start=baseline,
         placeholders=tuple(str(path) for path in git_plan.placeholders),
+        pins=tuple(str(path) for path in git_plan.pins),
+        nested=tuple(str(path.parent.relative_to(directory)) for path in nested),
         identities=_identities(directory, layout),
     )
     clear_events(paths, name)
@@ -181,6 +179,8 @@ def release(
         return session
     roots = [Path(value) for value in (session.worktree, session.common_dir) if value]
     gitmounts.remove_placeholders((Path(path) for path in session.placeholders), roots)
+    for pin in session.pins:
+        gitmounts.unpin_commondir(Path(pin).parent)
     if session.common_dir:
         release_repository(client, paths, Path(session.common_dir))
     return session
@@ -238,7 +238,9 @@ def fix(client: docker.DockerClient, paths: CloisterPaths, before: Report) -> Fi
                 " the agent cannot rearrange what --fix moves"
             )
     project = before.session.project if before.session else before.target.worktree.name
-    actions = apply_fixes(before.findings, paths.quarantine_dir / project)
+    target = before.target
+    within = [path for path in (target.worktree, target.git_dir, target.common_dir) if path]
+    actions = apply_fixes(before.findings, paths.quarantine_dir / project, within=within)
     after = report(paths, before.session, before.target)
     released = False
     session = before.session

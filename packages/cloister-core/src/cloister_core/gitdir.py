@@ -212,3 +212,26 @@ def planted(
                 )
             )
     return sorted(found, key=lambda item: item.relative)
+
+
+def unsafe_index_path(path: str) -> str | None:
+    """Why git must not be given *path* as an index entry, or None when it is fine.
+
+    git checks a path when it writes one into the index, never when it reads the index
+    back; an agent that writes the index file itself can name ``../x`` (git diff prints
+    that file, git checkout writes it) or ``.git/hooks/x``. These are git's own rules
+    (``verify_path``): no empty, ``.``, ``..`` or ``.git`` component (any case), no
+    leading or trailing ``/``.
+    """
+    if not path:
+        return "an empty path"
+    if path.startswith("/"):
+        return "an absolute path"
+    for component in path.split("/"):
+        if component == "":
+            return "an empty component"
+        if component in (".", ".."):
+            return f"a {component!r} component"
+        if component.lower() == ".git":
+            return "a .git component"
+    return None

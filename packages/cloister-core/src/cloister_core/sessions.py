@@ -27,7 +27,7 @@ from cloister_core.gitdir import GitDirBaseline
 from cloister_core.names import validate_cloister_name
 from cloister_core.paths import CloisterPaths
 
-GuardAction = Literal["removed", "quarantined", "restored", "paused", "unguarded"]
+GuardAction = Literal["removed", "quarantined", "restored", "rebuilt", "paused"]
 
 
 class SessionError(CloisterError):
@@ -54,8 +54,10 @@ class SessionRecord(BaseModel):
     stopped_at: AwareDatetime | None = None
     git_baseline: GitDirBaseline = GitDirBaseline()
     gitlinks: tuple[str, ...] = ()  # gitlink paths in the index at start
+    nested: tuple[str, ...] = ()  # repositories nested in the work tree at start (relative)
     findings_at_start: tuple[str, ...] = ()  # fingerprints of what review found at start
     placeholders: tuple[str, ...] = ()  # made by Cloister to be kept read-only; removed at the end
+    pins: tuple[str, ...] = ()  # commondir pins made in nested repositories; removed at the end
     guard_held: bool = False  # stop found a planted repository: the git guard stays on
     # (st_dev, st_ino) of the work tree and git directories at start: none can be
     # replaced from inside (mount points), so a change means something went wrong.

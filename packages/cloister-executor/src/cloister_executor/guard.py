@@ -43,9 +43,15 @@ from cloister_core.gitdir import (
 )
 from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
-from cloister_core.sessions import GuardAction, SessionRecord, append_event, list_sessions
+from cloister_core.sessions import (
+    GuardAction,
+    SessionRecord,
+    append_event,
+    displayable,
+    list_sessions,
+)
 from cloister_core.watch import TokenDirectory
-from cloister_executor import gitlinks, inotify
+from cloister_executor import index, inotify
 from cloister_executor.engine import Engine
 
 REFRESH_SECONDS = 0.5  # how often the set of running cloisters is re-read
@@ -111,7 +117,7 @@ class GitGuard:
         self._watcher = inotify.TreeWatcher() if use_inotify and inotify.available() else None
         self._repositories: dict[Path, _Repository] = {}
         self._worktrees: dict[str, _WorkTree] = {}  # by cloister
-        self._dirty_indexes: set[str] = set()  # cloisters whose index changed
+        self._dirty_indexes: set[Path] = set()  # git directories whose index changed
         self._to_pause: set[str] = set()
         self._notices: dict[str, list[str]] = {}
         self._lock = asyncio.Lock()
@@ -148,7 +154,7 @@ class GitGuard:
         repository.sessions[session.cloister] = session
         self._worktrees[session.cloister] = _WorkTree(session, frozenset(session.gitlinks))
         self._sweep(repository)
-        self._dirty_indexes.add(session.cloister)
+        self._dirty_indexes.update(_index_owners(common))
 
     def _forget(self, name: str) -> None:
         worktree = self._worktrees.pop(name)
@@ -161,7 +167,6 @@ class GitGuard:
             if not repository.sessions:
                 del self._repositories[common]
                 self._unwatch(common)
-        self._dirty_indexes.discard(name)
         self._notices.pop(name, None)
 
     def _add_tree(self, root: Path) -> bool:
@@ -245,15 +250,60 @@ class GitGuard:
             return
         self._to_pause.update(repository.sessions)
 
-    # -- gitlinks ------------------------------------------------------------------------------
+    # -- indexes and gitlinks ------------------------------------------------------------------
 
-    async def _check_gitlinks(self, worktree: _WorkTree) -> None:
-        found = [] if gitlinks.none_in(worktree.index) else await gitlinks.listed(worktree.root)
-        if found is None:
+    async def _check_index(self, git_dir: Path) -> None:
+        """Check the index of *git_dir*: rebuild a forged one, quarantine new gitlinks."""
+        repository = self._repository_of(git_dir)
+        if repository is None:
             return
-        new = [path for path in found if path not in worktree.gitlinks_at_start]
-        worktree.new_gitlinks = new
-        await self._watch_and_quarantine(worktree)
+        try:
+            found = await index.scan(git_dir)
+        except OSError as error:  # no index (yet), git missing
+            self._report(f"git guard: cannot read the index of {git_dir}: {error}")
+            return
+        if found.unsafe:
+            await self._rebuild(repository, git_dir, found.unsafe)
+            return
+        for worktree in self._worktrees.values():
+            if Path(worktree.session.git_dir or "") == git_dir:
+                nested = set(worktree.session.nested)
+                worktree.new_gitlinks = [
+                    path
+                    for path in found.gitlinks
+                    if path not in worktree.gitlinks_at_start and path not in nested
+                ]
+                await self._watch_and_quarantine(worktree)
+
+    async def _rebuild(
+        self, repository: _Repository, git_dir: Path, unsafe: tuple[tuple[str, str], ...]
+    ) -> None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        project = next(iter(repository.sessions.values())).project
+        relative = git_dir.relative_to(repository.common).as_posix()
+        into = self._paths.quarantine_dir / project / stamp / ".git" / relative
+        try:
+            moved = await index.rebuild(git_dir, into)
+        except OSError as error:
+            self._report(f"git guard: cannot rebuild the index of {git_dir}: {error}")
+            moved = None
+        entries = "; ".join(f"{path!r} ({why})" for path, why in unsafe[:5])
+        more = f" and {len(unsafe) - 5} more" if len(unsafe) > 5 else ""
+        detail = (
+            f"it named {entries}{more}, which git would read or write outside the project;"
+            f" rebuilt from HEAD, the forged one moved to {moved}"
+        )
+        for name in repository.sessions:
+            append_event(
+                self._paths,
+                name,
+                "rebuilt",
+                str(git_dir / "index"),
+                detail,
+                moved_to=str(moved) if moved else None,
+            )
+        self._report(f"git guard: rebuilt {git_dir / 'index'}: {detail}")
+        self._to_pause.update(repository.sessions)
 
     async def _watch_and_quarantine(self, worktree: _WorkTree) -> None:
         """Quarantine a repository at any new gitlink path; watch those paths for one."""
@@ -279,7 +329,7 @@ class GitGuard:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         into = self._paths.quarantine_dir / worktree.session.project / stamp
         try:
-            destination = await gitlinks.move_repository_away(worktree.root, gitlink, into)
+            destination = await index.move_repository_away(worktree.root, gitlink, into)
         except OSError as error:
             self._report(f"git guard: cannot move {dot_git} away: {error}")
             return
@@ -299,8 +349,11 @@ class GitGuard:
         )
         self._report(f"git guard: quarantined {dot_git}: {detail}")
         self._notices.setdefault(worktree.session.cloister, []).append(
-            f"Cloister moved {gitlink}/.git out of the project ({destination}): a repository at"
-            " a gitlink path would make the human's git run its configuration"
+            displayable(
+                f"Cloister moved {gitlink}/.git out of the project ({destination}): a"
+                " repository at a gitlink path would make the human's git run its"
+                " configuration"
+            )
         )
 
     # -- events --------------------------------------------------------------------------------
@@ -310,13 +363,14 @@ class GitGuard:
             if change.kind == "overflow":
                 for repository in self._repositories.values():
                     self._sweep(repository)
-                self._dirty_indexes.update(self._worktrees)
+                for repository in self._repositories.values():
+                    self._dirty_indexes.update(_index_owners(repository.common))
                 continue
-            for name, worktree in self._worktrees.items():
-                if change.path == worktree.index or (
-                    change.path.name == ".git" and change.path.parent in worktree.watched
-                ):
-                    self._dirty_indexes.add(name)
+            if change.path.name == "index" and self._repository_of(change.path) is not None:
+                self._dirty_indexes.add(change.path.parent)
+            for worktree in self._worktrees.values():
+                if change.path.name == ".git" and change.path.parent in worktree.watched:
+                    self._dirty_indexes.add(Path(worktree.session.git_dir or ""))
             owner = self._repository_of(change.path)
             if owner is not None and change.kind in ("created", "moved_in", "written"):
                 try:
@@ -330,7 +384,7 @@ class GitGuard:
         if watcher is None:
             for repository in self._repositories.values():
                 self._sweep(repository)
-            self._dirty_indexes.update(self._worktrees)
+                self._dirty_indexes.update(_index_owners(repository.common))
             return
         try:
             self._route(watcher.read())
@@ -350,30 +404,34 @@ class GitGuard:
                 return repository
         return None
 
+    def settle_links(self) -> None:
+        """Act on the events pending now, indexes aside (cheap, no lock: what runs after a
+        hostexec command; the index is checked in the background and before the next)."""
+        self._take_changes()
+
     async def settle(self, cloister: str | None = None) -> None:
         """Act on everything that happened so far (events pending now, index changes)."""
         async with self._lock:
             self._take_changes()
             if cloister is not None and cloister not in self._worktrees:
                 self.refresh()  # started since the last refresh
-            names = [cloister] if cloister in self._dirty_indexes else list(self._dirty_indexes)
-            for name in names:
-                self._dirty_indexes.discard(name)
-                worktree = self._worktrees.get(name)
-                if worktree is not None:
-                    await self._each(worktree, self._check_gitlinks(worktree))
+            while self._dirty_indexes:
+                git_dir = self._dirty_indexes.pop()
+                await self._each(str(git_dir), self._check_index(git_dir))
             for worktree in list(self._worktrees.values()):
                 if worktree.new_gitlinks:  # a repository may have been moved in since
-                    await self._each(worktree, self._watch_and_quarantine(worktree))
+                    await self._each(
+                        worktree.session.cloister, self._watch_and_quarantine(worktree)
+                    )
             await self._pause_pending()
 
-    async def _each(self, worktree: _WorkTree, action: Coroutine[Any, Any, None]) -> None:
-        """One cloister's part; what fails there (names the agent chose, say) is reported
-        and does not keep the others unguarded."""
+    async def _each(self, what: str, action: Coroutine[Any, Any, None]) -> None:
+        """One part; what fails there (names the agent chose, say) is reported and does not
+        keep the others unguarded."""
         try:
             await action
         except Exception as error:
-            self._report(f"git guard: {worktree.session.cloister}: {type(error).__name__}: {error}")
+            self._report(f"git guard: {what}: {type(error).__name__}: {error}")
 
     async def _pause_pending(self) -> None:
         if self._mode() != "pause":
@@ -423,3 +481,11 @@ class GitGuard:
 
     def guarded(self) -> list[str]:
         return sorted(self._worktrees)
+
+
+def _index_owners(common: Path) -> list[Path]:
+    """The git directories of a repository that have an index: its own, its worktrees'."""
+    owners = [common]
+    with contextlib.suppress(OSError):
+        owners += [entry for entry in (common / "worktrees").iterdir() if entry.is_dir()]
+    return owners

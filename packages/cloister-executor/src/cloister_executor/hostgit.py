@@ -36,12 +36,13 @@ from cloister_core.gitsafety import git_environment
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import GuardEvent, SessionRecord, read_events, replaced
 from cloister_core.watch import Signature, file_signature
+from cloister_executor import index
 from cloister_executor.guard import GitGuard
 from cloister_executor.landlock import WriteConfinement, landlock_abi, preexec
 from cloister_executor.protocol import ExecRefusal
 
 # What the guard does to a cloister that makes it hostile (a link cannot be an accident).
-TAINTING = frozenset({"removed", "restored", "paused"})
+TAINTING = frozenset({"removed", "restored", "rebuilt", "paused"})
 # Landlock ABI 1 refuses every rename across directories, which git does for each object.
 MIN_LANDLOCK_ABI = 2
 # Files in the home directory git (or what it runs: ssh, credential helpers, gpg) writes.
@@ -105,7 +106,7 @@ class ProjectChecks:
                 return ExecRefusal(reason=str(error))
         if session is None or session.common_dir is None:
             return prepared
-        problem = await self._problems(session)
+        problem = await self._problems(session, deep=True)
         if problem:
             return ExecRefusal(reason=problem)
         prepared.events_before = len(read_events(self.paths, cloister))
@@ -120,7 +121,7 @@ class ProjectChecks:
         if session is None or session.common_dir is None:
             return None
         events = read_events(self.paths, session.cloister)
-        problem = await self._problems(session) or (
+        problem = await self._problems(session, deep=False) or (
             _describe(events[prepared.events_before :])
             if len(events) > prepared.events_before
             else None
@@ -129,11 +130,16 @@ class ProjectChecks:
             return None
         return f"the command ran, but its output is withheld: {problem}"
 
-    async def _problems(self, session: SessionRecord) -> str | None:
+    async def _problems(self, session: SessionRecord, *, deep: bool) -> str | None:
+        """What is wrong with the cloister's repository now; *deep*: the indexes too
+        (before a command; after one, they are checked in the background)."""
         if self.guard is not None:
             try:
-                await self.guard.settle(session.cloister)
-            except Exception as error:
+                if deep:
+                    await self.guard.settle(session.cloister)
+                else:
+                    self.guard.settle_links()
+            except Exception as error:  # fail closed, and say why
                 return f"the git guard failed ({type(error).__name__}: {error}); refused"
         gone = replaced(session)
         if gone:
@@ -161,6 +167,8 @@ class ProjectChecks:
             notices = self.guard.take_notices(session.cloister)
             if notices:
                 return "; ".join(notices) + "; run the command again"
+        elif deep and session.git_dir:  # what the guard would have checked (after the links)
+            return await _index_problem(Path(session.git_dir))
         return None
 
     def _confinement(
@@ -182,6 +190,17 @@ class ProjectChecks:
         if runtime := os.environ.get("XDG_RUNTIME_DIR"):
             writable.append(Path(runtime))
         return preexec(WriteConfinement(tuple(dict.fromkeys(writable))))
+
+
+async def _index_problem(git_dir: Path) -> str | None:
+    try:
+        scanned = await index.scan(git_dir)
+    except OSError as error:
+        return f"cannot read the index: {error}; refused"
+    if scanned.unsafe:
+        names = ", ".join(repr(path) for path, _ in scanned.unsafe[:5])
+        return f"the index names {names}, outside the project or in .git; refused"
+    return None
 
 
 def _describe(events: list[GuardEvent]) -> str:

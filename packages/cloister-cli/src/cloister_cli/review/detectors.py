@@ -23,6 +23,7 @@ from cloister_cli.review.gitdetectors import (
     detect_git_dir_links,
     detect_git_info_files,
     detect_sequencer,
+    detect_unsafe_index_entries,
 )
 from cloister_cli.review.repodetectors import (
     detect_gitlinks_without_gitmodules,
@@ -326,5 +327,6 @@ DETECTORS: tuple[tuple[FindingKind, Detector, bool], ...] = (
     ("hook-config", detect_hook_configs, False),
     ("gitmodules", detect_gitmodules, False),
     ("sequencer", detect_sequencer, True),
+    ("index-entry", detect_unsafe_index_entries, True),
     ("outside-symlink", detect_outside_symlinks, False),
 )

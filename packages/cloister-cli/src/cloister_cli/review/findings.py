@@ -29,9 +29,10 @@ FindingKind = Literal[
     "sequencer",
     "outside-symlink",
     "replaced",
+    "index-entry",
 ]
 Severity = Literal["runs-code", "reads-outside", "review"]
-FixAction = Literal["quarantine", "remove"]
+FixAction = Literal["quarantine", "remove", "rebuild-index"]
 
 SEVERITY_ORDER: dict[Severity, int] = {"runs-code": 0, "reads-outside": 1, "review": 2}
 MAX_DETAILS = 40

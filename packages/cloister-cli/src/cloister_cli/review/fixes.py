@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cloister_cli.review.findings import Finding, Fix
+from cloister_cli.review.gitreads import Git
 from cloister_core.fileio import atomic_write
 
 MANIFEST = "MANIFEST.json"
@@ -160,6 +161,22 @@ class _Run:
         self.record(fix, item, "remove", None, link)
         self.lines.append(f"removed {shown} ({what})")
 
+    def rebuild_index(self, fix: Fix, item: Finding, shown: str) -> None:
+        """Move the index to the quarantine and make a new one from HEAD (the work tree
+        is not touched; what was staged stays in the moved file)."""
+        destination = self.where(fix)
+        try:
+            _move(fix.target, destination)
+        except OSError as error:
+            self.lines.append(f"could not move {shown}: {error}")
+            return
+        git_dir = fix.target.parent
+        if not Git().read_tree(git_dir):
+            self.lines.append(f"moved {shown} to {destination}, but git could not rebuild it")
+            return
+        self.record(fix, item, "rebuild-index", destination, None)
+        self.lines.append(f"moved {shown} to {destination} and rebuilt it from HEAD")
+
     def finish(self) -> None:
         if self.directory is not None:
             atomic_write(
@@ -170,10 +187,31 @@ class _Run:
             )
 
 
-def apply_fixes(findings: Sequence[Finding], quarantine: Path) -> list[str]:
+def _within(target: Path, roots: Sequence[Path]) -> bool:
+    """Whether *target* is below one of *roots*, reached through no link (the agent
+    chose what a finding names: a gitlink ``../other/repo`` leads out of the project)."""
+    for root in roots:
+        try:
+            parts = Path(os.path.normpath(target)).relative_to(os.path.normpath(root)).parts
+        except ValueError:
+            continue
+        current = Path(os.path.normpath(root))
+        for part in parts[:-1]:
+            current /= part
+            if current.is_symlink() or not current.is_dir():
+                return False
+        return bool(parts)
+    return False
+
+
+def apply_fixes(
+    findings: Sequence[Finding], quarantine: Path, *, within: Sequence[Path]
+) -> list[str]:
     """Do each distinct fix of *findings* once; one line per action, for the human.
 
-    The quarantine directory is made only when there is something to move.
+    Only for targets below *within* (the work tree, the git directories), reached
+    through no link. The quarantine directory is made only when there is something to
+    move.
     """
     distinct: dict[tuple[str, Path], tuple[Fix, Finding]] = {}
     for item in findings:
@@ -182,8 +220,12 @@ def apply_fixes(findings: Sequence[Finding], quarantine: Path) -> list[str]:
     run = _Run(quarantine)
     for fix, item in distinct.values():
         shown = str(fix.target) if item.path.startswith("/") else fix.relative
-        if fix.action == "remove":
+        if not _within(fix.target, within):
+            run.lines.append(f"skipped {shown}: it is not inside the project")
+        elif fix.action == "remove":
             run.remove(fix, item, shown)
+        elif fix.action == "rebuild-index":
+            run.rebuild_index(fix, item, shown)
         else:
             run.quarantine(fix, item, shown)
     run.finish()

@@ -165,3 +165,31 @@ def detect_sequencer(scan: TreeScan) -> list[Finding]:
             )
         )
     return found
+
+
+def detect_unsafe_index_entries(scan: TreeScan) -> list[Finding]:
+    """Entries git must not be given: the agent wrote the index file itself (git checks
+    an entry's path when it writes one, never when it reads the index back)."""
+    if not scan.unsafe_entries or scan.places.git_dir is None:
+        return []
+    index = scan.places.git_dir / "index"
+    listed = sorted(scan.unsafe_entries.items())
+    return [
+        finding(
+            "index-entry",
+            scan.places.show(index),
+            "runs-code",
+            f"the index names {len(listed)} path(s) outside the work tree or in .git"
+            f" ({listed[0][0]!r}: {listed[0][1]}): `git diff` prints such a file, `git"
+            " checkout` and `git restore` write it",
+            content=digest(*(f"{path}\0{why}" for path, why in listed)),
+            details=tuple(f"{path!r}: {why}" for path, why in listed),
+            fix=Fix(
+                "rebuild-index",
+                index,
+                "rebuild the index from HEAD (the forged one goes to the quarantine; staged"
+                " changes become unstaged, the work tree is not touched)",
+                scan.places.stash(index),
+            ),
+        )
+    ]

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cloister_core.gitdir import unsafe_index_path
 from cloister_core.gitsafety import git_environment
 
 CALL_TIMEOUT_SECONDS = 60.0
@@ -72,18 +73,35 @@ class Git:
         except (OSError, subprocess.SubprocessError):
             return None
 
-    def gitlinks(self, worktree: Path) -> dict[str, str]:
-        """The index's gitlinks (mode 160000): path -> commit."""
+    def index_entries(self, worktree: Path) -> tuple[dict[str, str], dict[str, str]]:
+        """The index's gitlinks (mode 160000: path -> commit), and the entries git must
+        not be given (path -> why: outside the work tree, in .git; the agent can forge
+        an index, and git checks paths only when it writes one)."""
         result = self._run(["-C", str(worktree), "ls-files", "-s", "-z"])
         if result is None or result.returncode != 0:
-            return {}
-        found: dict[str, str] = {}
+            return {}, {}
+        gitlinks: dict[str, str] = {}
+        unsafe: dict[str, str] = {}
         for record in result.stdout.split(b"\0"):
             meta, tab, name = record.partition(b"\t")
             fields = meta.split()
-            if tab and len(fields) == 3 and fields[0] == GITLINK_MODE.encode():
-                found[os.fsdecode(name)] = fields[1].decode("ascii", "replace")
-        return found
+            if not tab or len(fields) != 3:
+                continue
+            path = os.fsdecode(name)
+            reason = unsafe_index_path(path)
+            if reason is not None:
+                unsafe[path] = reason
+            elif fields[0] == GITLINK_MODE.encode():
+                gitlinks[path] = fields[1].decode("ascii", "replace")
+        return gitlinks, unsafe
+
+    def read_tree(self, git_dir: Path) -> bool:
+        """A new index for *git_dir* from its HEAD (empty without a commit); whether done."""
+        for args in (["read-tree", "HEAD"], ["read-tree", "--empty"]):
+            result = self._run([f"--git-dir={git_dir}", *args])
+            if result is not None and result.returncode == 0:
+                return True
+        return False
 
     def hooks_dir(self, worktree: Path) -> Path | None:
         """Where git looks for this work tree's hooks (``core.hooksPath`` honoured)."""

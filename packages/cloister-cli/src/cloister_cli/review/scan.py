@@ -66,6 +66,7 @@ class TreeScan:
     gitmodules: Entry | None = None
     gitmodules_config: ParsedConfig = field(default_factory=ParsedConfig)
     gitlinks: Mapping[str, str] = field(default_factory=dict)  # path -> commit
+    unsafe_entries: Mapping[str, str] = field(default_factory=dict)  # path -> why
     hooks_dir: Path | None = None
     git_state: GitDirState = field(default_factory=GitDirState)
     info_attributes: Entry | None = None
@@ -87,7 +88,7 @@ def scan(target: ReviewTarget, git: Git | None = None) -> TreeScan:
     if result.gitmodules is not None and result.gitmodules.kind == "file":
         result.gitmodules_config = git.parse_config(result.gitmodules.data)
     if places.git_dir is not None and places.common_dir is not None:
-        result.gitlinks = git.gitlinks(root)
+        result.gitlinks, result.unsafe_entries = git.index_entries(root)
         result.hooks_dir = git.hooks_dir(root)
         result.git_state = read_state(places.git_dir, places.common_dir)
         result.info_attributes = read_below(places.common_dir, "info/attributes")
