@@ -20,6 +20,7 @@ from cloister_core.gitdir import take_baseline
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import SessionRecord, read_events, write_session
 from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
+from cloister_executor import guard as guard_module
 from cloister_executor import inotify
 from cloister_executor.engine import Engine
 from cloister_executor.guard import GitGuard
@@ -378,3 +379,25 @@ async def test_the_humans_nested_repositories_are_never_moved(setup: Setup) -> N
     git(setup.repo, "add", "lib")
     await guard.settle("api")
     assert (lib / ".git").is_dir()
+
+
+@pytest.mark.skipif(not inotify.available(), reason="needs inotify")
+@synchronous
+async def test_a_git_directory_grown_past_the_watch_budget_is_hostile(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inotify watches are the user's budget; the guard takes at most MAX_WATCHES."""
+    monkeypatch.setattr(guard_module, "MAX_WATCHES", 400)
+    setup.session()
+    guard = setup.guard()
+    guard.refresh()
+    for index in range(500):
+        (setup.repo / ".git" / "junk" / f"d{index}").mkdir(parents=True)
+    await guard.settle()
+    await guard.settle()
+    actions = [event.action for event in read_events(setup.paths, "api")]
+    assert actions == ["refused", "paused"]
+    deep = setup.repo / ".git" / "junk" / "d499" / "link"
+    deep.symlink_to(setup.secret)
+    await guard.settle()  # swept, where no watch sees it
+    assert not deep.is_symlink()

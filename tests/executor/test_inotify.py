@@ -602,3 +602,13 @@ def test_a_closed_watcher_refuses_use(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="closed"):
         watcher.add_tree(tmp_path)
     assert watcher.watched == frozenset()
+
+
+def test_a_watch_budget_leaves_the_rest_unwatched(tmp_path: Path) -> None:
+    for index in range(10):
+        (tmp_path / f"d{index}").mkdir()
+    with TreeWatcher(max_watches=4) as limited:
+        limited.add_tree(tmp_path)
+        assert len(limited.watched) == 4
+        assert limited.full
+        assert len(limited.unwatchable) == 7

@@ -27,7 +27,7 @@ from cloister_core.gitdir import GitDirBaseline
 from cloister_core.names import validate_cloister_name
 from cloister_core.paths import CloisterPaths
 
-GuardAction = Literal["removed", "quarantined", "restored", "rebuilt", "paused"]
+GuardAction = Literal["removed", "quarantined", "restored", "rebuilt", "refused", "paused"]
 
 
 class SessionError(CloisterError):

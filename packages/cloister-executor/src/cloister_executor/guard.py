@@ -55,6 +55,9 @@ from cloister_executor import index, inotify
 from cloister_executor.engine import Engine
 
 REFRESH_SECONDS = 0.5  # how often the set of running cloisters is re-read
+# inotify watches the guard may take (a budget of the user's; a git directory has a few
+# hundred directories, one grown past this is the agent's doing).
+MAX_WATCHES = 20_000
 
 
 @dataclass(slots=True)
@@ -83,6 +86,7 @@ class _Repository:
     sessions: dict[str, SessionRecord] = field(default_factory=dict)
     scanner: SpecialScanner = field(default_factory=SpecialScanner)
     watched: bool = False  # inotify watches it (else it is swept on every settle)
+    flooded: bool = False  # grown past the watches the guard may take
 
     @property
     def baseline(self) -> GitDirBaseline:
@@ -114,7 +118,11 @@ class GitGuard:
         self._engine = engine
         self._mode = mode
         self._tokens = TokenDirectory(paths.tokens_dir, report)
-        self._watcher = inotify.TreeWatcher() if use_inotify and inotify.available() else None
+        self._watcher = (
+            inotify.TreeWatcher(max_watches=MAX_WATCHES)
+            if use_inotify and inotify.available()
+            else None
+        )
         self._repositories: dict[Path, _Repository] = {}
         self._worktrees: dict[str, _WorkTree] = {}  # by cloister
         self._dirty_indexes: set[Path] = set()  # git directories whose index changed
@@ -393,9 +401,22 @@ class GitGuard:
             self._route(error.changes)
         blind = watcher.unwatchable
         for repository in self._repositories.values():
-            if not repository.watched or any(
-                path == repository.common or repository.common in path.parents for path in blind
-            ):
+            unwatched = [
+                path
+                for path in blind
+                if path == repository.common or repository.common in path.parents
+            ]
+            if watcher.full and unwatched and not repository.flooded:
+                repository.flooded = True
+                self._record(
+                    repository,
+                    "refused",
+                    repository.common,
+                    f"the git directory grew past {MAX_WATCHES} directories (git never makes"
+                    " that many): the cloister is hostile; swept instead of watched",
+                )
+                self._to_pause.update(repository.sessions)
+            if not repository.watched or unwatched:
                 self._sweep(repository)
 
     def _repository_of(self, path: Path) -> _Repository | None:

@@ -42,7 +42,7 @@ from cloister_executor.landlock import WriteConfinement, landlock_abi, preexec
 from cloister_executor.protocol import ExecRefusal
 
 # What the guard does to a cloister that makes it hostile (a link cannot be an accident).
-TAINTING = frozenset({"removed", "restored", "rebuilt", "paused"})
+TAINTING = frozenset({"removed", "restored", "rebuilt", "refused", "paused"})
 # Landlock ABI 1 refuses every rename across directories, which git does for each object.
 MIN_LANDLOCK_ABI = 2
 # Files in the home directory git (or what it runs: ssh, credential helpers, gpg) writes.

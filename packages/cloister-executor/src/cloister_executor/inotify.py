@@ -100,7 +100,10 @@ class TreeWatcher:
     attributes change.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_watches: int | None = None) -> None:
+        """*max_watches*: directories past this many are not watched (listed in
+        :attr:`unwatchable`, :attr:`full` set): inotify watches are a budget of the
+        user's, shared with editors and file watchers, and a tree may be grown on purpose."""
         libc = _libc()
         if libc is None:
             raise OSError(errno.ENOSYS, "inotify is not available here (Linux only)")
@@ -114,6 +117,8 @@ class TreeWatcher:
         self._roots: dict[Path, bool] = {}  # root -> recursive
         self._unwatchable: set[Path] = set()
         self._waiter: asyncio.Future[None] | None = None
+        self._max_watches = max_watches
+        self.full = False  # a directory was left unwatched because of max_watches
 
     # --- what is watched ------------------------------------------------------------
 
@@ -371,6 +376,10 @@ class TreeWatcher:
                 if identity in visited:
                     continue
                 visited.add(identity)
+                if self._max_watches is not None and len(self._watches) >= self._max_watches:
+                    self.full = True
+                    self._unwatchable.add(directory)
+                    continue
                 self._watch(directory, fd, identity, recursive=recursive)
                 if seen is not None:
                     seen.add(directory)
