@@ -25,7 +25,7 @@ from cloister_executor import inotify
 from cloister_executor.engine import Engine
 from cloister_executor.guard import GitGuard
 from tests.executor.test_hostgit import git
-from tests.git_support import hermetic_git
+from tests.git_support import blob, forge_index, hermetic_git
 
 GIT = shutil.which("git") or "git"
 
@@ -348,8 +348,6 @@ async def test_names_that_are_no_utf8_neither_stop_the_guard(setup: Setup) -> No
 
 @synchronous
 async def test_a_forged_index_is_rebuilt_and_the_cloister_paused(setup: Setup) -> None:
-    from tests.git_support import blob, forge_index
-
     setup.session()
     guard = setup.guard()
     guard.refresh()

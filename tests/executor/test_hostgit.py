@@ -24,7 +24,7 @@ from cloister_executor.engine import Engine
 from cloister_executor.landlock import landlock_abi
 from tests.core.test_gitdir import LOCATIONS
 from tests.executor.conftest import DaemonHarness, as_refusal, as_result
-from tests.git_support import hermetic_git
+from tests.git_support import blob, forge_index, hermetic_git
 
 GIT = "git"
 
@@ -279,8 +279,6 @@ def test_a_forged_index_naming_a_host_file_reveals_nothing(
     harness: DaemonHarness, secret: Path, guard: bool, paused: list[str]
 ) -> None:
     """git checks an index entry's path when it writes one, not when it reads the index."""
-    from tests.git_support import blob, forge_index
-
     repo = git_project(harness)
     start(harness, guard=guard)
     readme = blob(repo, "hello\n")

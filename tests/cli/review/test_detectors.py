@@ -17,6 +17,7 @@ import pytest
 
 from cloister_cli.review import FindingKind, Severity, new_findings
 from tests.cli.review.conftest import Project, of_kind
+from tests.git_support import blob, forge_index
 
 Step = Callable[[Project], object]
 
@@ -84,8 +85,6 @@ def _fifo(project: Project) -> None:
 
 def _forged_index(*paths: str) -> Step:
     def plant(project: Project) -> None:
-        from tests.git_support import blob, forge_index
-
         readme = blob(project.root, "hello\n")
         forge_index(project.root, [(0o100644, readme, path) for path in ("README", *paths)])
 

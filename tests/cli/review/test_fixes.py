@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cloister_cli.review import Finding, Fix, apply_fixes, new_findings
 from tests.cli.review.conftest import Project, init_repo, of_kind
+from tests.git_support import blob, forge_index
 
 STAMP = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
 
@@ -179,8 +180,6 @@ def test_a_symlinked_dotgit_is_moved_as_a_link(project: Project, tmp_path: Path)
 
 
 def test_a_forged_index_is_rebuilt(project: Project, tmp_path: Path) -> None:
-    from tests.git_support import blob, forge_index
-
     readme = blob(project.root, "hello\n")
     forge_index(project.root, [(0o100644, readme, "README"), (0o100755, readme, "../victim")])
     (finding,) = of_kind(project.review(), "index-entry")
@@ -197,8 +196,6 @@ def test_a_gitlink_outside_the_project_is_never_a_fix_target(
     project: Project, tmp_path: Path
 ) -> None:
     """The agent chooses what an index entry names: `../human/repo` is not ours to move."""
-    from tests.git_support import forge_index
-
     human = init_repo(project.outside / "repo")
     head = project.git("rev-parse", "HEAD")
     forge_index(project.root, [(0o160000, head, "../outside/repo")])
