@@ -49,6 +49,7 @@ from cloister_core.gitdir import take_baseline  # noqa: E402
 from cloister_core.paths import CloisterPaths  # noqa: E402
 from cloister_core.sessions import SessionRecord, write_session  # noqa: E402
 from cloister_core.tokens import TokenRecord, write_token_file  # noqa: E402
+from cloister_executor.guard import GitGuard  # noqa: E402
 from cloister_executor.hostgit import Prepared, ProjectChecks  # noqa: E402
 from cloister_executor.landlock import landlock_abi  # noqa: E402
 from cloister_executor.locations import secret_path, socket_path  # noqa: E402
@@ -126,11 +127,16 @@ class Daemon:
 
 
 def time_checks(paths: CloisterPaths, home: Path, count: int) -> list[float]:
-    """ProjectChecks.before + after alone (no guard), in this process."""
-    checks = ProjectChecks(paths, None, lambda message: None)
+    """ProjectChecks.before + after alone, with the guard as the daemon runs it, in
+    this process (the index is unchanged between calls, as between two commands that
+    write none)."""
+    guard = GitGuard(paths, lambda message: None, None)
+    checks = ProjectChecks(paths, guard, lambda message: None)
     env = {"PATH": os.environ["PATH"], "HOME": str(home)}
 
     async def measure() -> list[float]:
+        guard.refresh()
+        await guard.settle()
         timings = []
         for _ in range(count):
             started = time.perf_counter()
