@@ -24,8 +24,7 @@ from cloister_executor import guard as guard_module
 from cloister_executor import inotify
 from cloister_executor.engine import Engine
 from cloister_executor.guard import GitGuard
-from tests.executor.test_hostgit import git
-from tests.git_support import blob, forge_index, hermetic_git
+from tests.git_support import blob, forge_index, hermetic_git, run_git
 
 GIT = shutil.which("git") or "git"
 
@@ -49,10 +48,10 @@ class FakeEngine(Engine):
 
 def make_repo(path: Path) -> Path:
     path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
+    run_git(path, "init", "-q", "-b", "main")
     (path / "README").write_text("hello\n", encoding="utf-8")
-    git(path, "add", "README")
-    git(path, "commit", "-q", "-m", "first")
+    run_git(path, "add", "README")
+    run_git(path, "commit", "-q", "-m", "first")
     return path
 
 
@@ -226,7 +225,7 @@ async def test_a_stopped_cloister_is_no_longer_guarded(setup: Setup) -> None:
 
 @synchronous
 async def test_an_action_is_recorded_for_every_cloister_of_the_repository(setup: Setup) -> None:
-    git(setup.repo, "worktree", "add", "-q", str(setup.root / "side"), "-b", "side")
+    run_git(setup.repo, "worktree", "add", "-q", str(setup.root / "side"), "-b", "side")
     setup.session("api")
     setup.session(
         "api-side", worktree=setup.root / "side", git_dir=setup.repo / ".git" / "worktrees" / "side"
@@ -242,7 +241,7 @@ async def test_an_action_is_recorded_for_every_cloister_of_the_repository(setup:
 
 def nested_repo(parent: Path, name: str, marker: Path) -> Path:
     sub = make_repo(parent / name)
-    git(sub, "config", "core.fsmonitor", f"touch '{marker}'; echo")
+    run_git(sub, "config", "core.fsmonitor", f"touch '{marker}'; echo")
     return sub
 
 
@@ -253,7 +252,7 @@ async def test_a_repository_at_a_new_gitlink_is_quarantined(setup: Setup) -> Non
     guard.refresh()
     marker = setup.root / "fsmonitor-ran"
     nested_repo(setup.repo, "sub", marker)
-    git(setup.repo, "add", "sub")
+    run_git(setup.repo, "add", "sub")
     await guard.settle("api")
     assert not (setup.repo / "sub" / ".git").exists()
     (moved,) = (setup.paths.quarantine_dir / "api").glob("*/sub/.git")
@@ -273,7 +272,7 @@ async def test_a_repository_at_a_new_gitlink_is_quarantined(setup: Setup) -> Non
 async def test_gitlinks_of_the_start_are_the_humans(setup: Setup) -> None:
     marker = setup.root / "fsmonitor-ran"
     nested_repo(setup.repo, "vendor", marker)
-    git(setup.repo, "add", "vendor")
+    run_git(setup.repo, "add", "vendor")
     record = TokenRecord.create(cloister="api", project="api", path=setup.repo)
     write_token_file(setup.paths.tokens_dir, record)
     write_session(
@@ -303,7 +302,7 @@ async def test_a_gitlink_through_a_link_moves_nothing_of_the_humans(setup: Setup
     guard.refresh()
     human = make_repo(setup.root / "human-dotfiles")  # a repository of the human's
     make_repo(setup.repo / "sub")
-    git(setup.repo, "add", "sub")
+    run_git(setup.repo, "add", "sub")
     (setup.repo / "sub").rename(setup.root / "sub-moved")
     (setup.repo / "sub").symlink_to(human)  # the index still names sub
     await guard.settle("api")
@@ -336,7 +335,7 @@ async def test_names_that_are_no_utf8_neither_stop_the_guard(setup: Setup) -> No
     guard.refresh()
     name = os.fsdecode(b"x\xffy")
     make_repo(setup.repo / name)
-    git(setup.repo, "add", name)
+    run_git(setup.repo, "add", name)
     await guard.settle("api")
     assert not (setup.repo / name / ".git").exists()
     (event,) = read_events(setup.paths, "api")
@@ -374,7 +373,7 @@ async def test_the_humans_nested_repositories_are_never_moved(setup: Setup) -> N
     write_session(setup.paths, session.model_copy(update={"nested": ("lib",)}))
     guard = setup.guard()
     guard.refresh()
-    git(setup.repo, "add", "lib")
+    run_git(setup.repo, "add", "lib")
     await guard.settle("api")
     assert (lib / ".git").is_dir()
 

@@ -24,21 +24,7 @@ from cloister_executor.engine import Engine
 from cloister_executor.landlock import landlock_abi
 from tests.core.test_gitdir import LOCATIONS
 from tests.executor.conftest import DaemonHarness, as_refusal, as_result
-from tests.git_support import blob, forge_index, hermetic_git
-
-GIT = "git"
-
-
-def git(repo: Path, *args: str) -> str:
-    result = subprocess.run(
-        [GIT, "-C", str(repo), *args],
-        capture_output=True,
-        text=True,
-        errors="surrogateescape",
-        check=True,
-        timeout=60,
-    )
-    return result.stdout.strip()
+from tests.git_support import GIT, blob, forge_index, hermetic_git, run_git
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +35,10 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
 def git_project(harness: DaemonHarness, cloister: str = "demo") -> Path:
     """The harness's project as a repository with one commit, and its session record."""
     repo = harness.project
-    git(repo, "init", "-q", "-b", "main")
+    run_git(repo, "init", "-q", "-b", "main")
     (repo / "README").write_text("hello\n", encoding="utf-8")
-    git(repo, "add", "README")
-    git(repo, "commit", "-q", "-m", "first")
+    run_git(repo, "add", "README")
+    run_git(repo, "commit", "-q", "-m", "first")
     write_session(
         harness.paths,
         SessionRecord(
@@ -122,7 +108,7 @@ def test_alternates_the_repository_did_not_have(harness: DaemonHarness, tmp_path
 
 def test_a_clean_project_runs_with_hardened_git(harness: DaemonHarness) -> None:
     repo = git_project(harness)
-    git(repo, "config", "core.hooksPath", "my-hooks")
+    run_git(repo, "config", "core.hooksPath", "my-hooks")
     start(harness)
     assert as_result(harness.request(["git", "status", "--short"])).exit_code == 0
     hooks = as_result(harness.request(["git", "config", "--get", "core.hooksPath"]))
@@ -136,7 +122,7 @@ def test_a_clean_project_runs_with_hardened_git(harness: DaemonHarness) -> None:
 
 def test_git_hooks_true_keeps_the_repositorys_hooks(harness: DaemonHarness) -> None:
     repo = git_project(harness)
-    git(repo, "config", "core.hooksPath", "my-hooks")
+    run_git(repo, "config", "core.hooksPath", "my-hooks")
     harness.paths.config_dir.mkdir(parents=True, exist_ok=True)
     harness.write_config("hostexec:\n  git_hooks: true\n")
     start(harness)
@@ -200,8 +186,8 @@ def test_host_git_cannot_write_outside_the_project(harness: DaemonHarness) -> No
     assert not exists
     inside = as_result(harness.request(["git", "bundle", "create", "inside.bundle", "HEAD"]))
     assert inside.exit_code == 0, inside.stderr_text
-    git(harness.project, "config", "user.name", "Test")  # the executor passes no identity
-    git(harness.project, "config", "user.email", "test@example.invalid")
+    run_git(harness.project, "config", "user.name", "Test")  # the executor passes no identity
+    run_git(harness.project, "config", "user.email", "test@example.invalid")
     committed = as_result(harness.request(["git", "commit", "--allow-empty", "-q", "-m", "x"]))
     assert committed.exit_code == 0, committed.stderr_text
 
@@ -246,13 +232,13 @@ def test_the_guard_quarantines_a_repository_at_a_new_gitlink(
     start(harness, guard=True)
     sub = repo / "sub"
     sub.mkdir()
-    git(sub, "init", "-q")
+    run_git(sub, "init", "-q")
     (sub / "f").write_text("x\n", encoding="utf-8")
-    git(sub, "add", "f")
-    git(sub, "commit", "-q", "-m", "s")
+    run_git(sub, "add", "f")
+    run_git(sub, "commit", "-q", "-m", "s")
     marker = tmp_path / "fsmonitor-ran"
-    git(sub, "config", "core.fsmonitor", f"touch '{marker}'; echo")
-    git(repo, "add", "sub")
+    run_git(sub, "config", "core.fsmonitor", f"touch '{marker}'; echo")
+    run_git(repo, "add", "sub")
     refusal = as_refusal(harness.request(["git", "add", "-A"]))
     assert "moved sub/.git out of the project" in refusal.reason
     assert not (sub / ".git").exists()
@@ -269,7 +255,7 @@ def test_a_replaced_git_directory_refuses_everything(
     repo = git_project(harness)
     start(harness)
     (repo / ".git").rename(tmp_path / "real-git")
-    git(tmp_path, "init", "-q", str(repo))
+    run_git(tmp_path, "init", "-q", str(repo))
     refusal = as_refusal(harness.request(["git", "status"]))
     assert f"{repo / '.git'} is not what it was" in refusal.reason
 
@@ -289,4 +275,4 @@ def test_a_forged_index_naming_a_host_file_reveals_nothing(
     assert "SECRET-LINE" not in refusal.reason
     if guard:
         assert "rebuilt" in refusal.reason
-        assert git(repo, "ls-files") == "README"
+        assert run_git(repo, "ls-files") == "README"
