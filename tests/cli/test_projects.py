@@ -232,3 +232,11 @@ def test_a_work_tree_elsewhere_is_refused(tmp_path: Path) -> None:
     run_git(here, "config", "core.worktree", str(other))
     with pytest.raises(projects.ProjectError, match=r"core\.worktree is set"):
         projects.identify(here, None, allow_no_git=False)
+
+
+def test_a_work_tree_that_is_an_ancestor_repository_is_refused(tmp_path: Path) -> None:
+    outer = make_repo(tmp_path / "outer")
+    here = make_repo(outer / "inner")
+    run_git(here, "config", "core.worktree", str(outer))
+    with pytest.raises(projects.ProjectError, match=r"core\.worktree is set"):
+        projects.identify(here, None, allow_no_git=False)

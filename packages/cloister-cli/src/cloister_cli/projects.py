@@ -49,7 +49,10 @@ def identify(directory: Path, name: str | None, *, allow_no_git: bool) -> Projec
     else:
         root, remote = top.resolve(), git.remote_url(top)
         here = directory.resolve()
-        if here != root and root not in here.parents:
+        layout = git.layout(directory)
+        own = root / ".git"
+        foreign = here != root and root not in here.parents
+        if foreign or (own.is_dir() and own.resolve() != layout.git_dir.resolve()):
             raise ProjectError(
                 f"git says the work tree of {directory} is {top} (core.worktree is set):"
                 " Cloister works in the directory that holds .git; unset core.worktree"
