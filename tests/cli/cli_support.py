@@ -112,7 +112,9 @@ def run_command(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = CLI_TIMEOUT,
+    stdin: str | None = None,
 ) -> Result:
+    """*argv* to its end; its input is *stdin*, else nothing."""
     started = time.perf_counter()
     completed = subprocess.run(
         argv,
@@ -122,7 +124,7 @@ def run_command(
         text=True,
         timeout=timeout,
         check=False,
-        stdin=subprocess.DEVNULL,
+        **({"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}),
     )
     return Result(
         tuple(argv),
@@ -141,6 +143,7 @@ class CloisterCli:
     config_dir: Path = field(init=False)
     data_dir: Path = field(init=False)
     executable: Path = field(default_factory=cloister_executable)
+    home: Path | None = None  # a home of its own (the docker CLI keeps the real ~/.docker)
 
     def __post_init__(self) -> None:
         self.config_dir = self.root / "config"
@@ -155,6 +158,9 @@ class CloisterCli:
             COLUMNS="200",  # rich wraps at 80 columns when not on a terminal
             NO_COLOR="1",
         )
+        if self.home is not None:
+            env.setdefault("DOCKER_CONFIG", str(Path.home() / ".docker"))
+            env["HOME"] = str(self.home)
         return env
 
     def write_config(self, text: str) -> None:
@@ -320,7 +326,11 @@ def remove_containers(names: list[str]) -> None:
 
 @contextlib.contextmanager
 def guardian(
-    client: docker.DockerClient, root: Path, config: str, skip: Callable[[str], NoReturn]
+    client: docker.DockerClient,
+    root: Path,
+    config: str,
+    skip: Callable[[str], NoReturn],
+    home: Path | None = None,
 ) -> Iterator[CloisterCli]:
     """``cloister`` with its own directories under *root*, *config* written, and the
     machine-wide guardian started (stopped at the end, with every cloister of *root*)."""
@@ -332,7 +342,7 @@ def guardian(
             continue
     else:
         skip(f"neither {SLIM_IMAGE} nor its base {BASE_IMAGE} is present locally")
-    tool = CloisterCli(root)
+    tool = CloisterCli(root, home=home)
     tool.write_config(config)
     try:
         started = tool.run("guardian", "start", timeout=GUARDIAN_TIMEOUT)

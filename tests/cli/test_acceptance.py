@@ -80,7 +80,7 @@ hostexec:
   auto_approve:
     - pattern: "^echo( .*)?$"
 """
-SERVICES = {"proxy", "approval", "gateway"}
+SERVICES = {"proxy", "approval", "gateway", "credentials"}
 TOKEN_KEYS = {"token", "cloister", "project", "branch", "path", "created_at"}
 
 

@@ -55,7 +55,7 @@ hostexec:
     - pattern: "^git (status|log|diff)( .*)?$"
   git_guard: {{mode}}
 """
-SECRET = "SECRET-LINE-4f1d the-human-s-private-data"  # noqa: S105 - a marker, not a password
+SECRET = "SECRET-LINE-4f1d the-human-s-private-data"
 
 
 @pytest.fixture(scope="module")

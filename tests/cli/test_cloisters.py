@@ -352,7 +352,7 @@ def test_cpu_limit_in_nano_cpus(host: Host, repo: Path, cpus: float, nano_cpus: 
 def test_environment_for() -> None:
     record = TokenRecord.create(cloister="api-feature", project="api", path=Path("/w"))
     proxy = f"http://cloister:{record.secret}@cloister-proxy:3128"
-    no_proxy = "cloister-guardian,cloister-proxy,localhost,127.0.0.1"
+    no_proxy = "cloister-guardian,cloister-proxy,cloister-credentials,localhost,127.0.0.1"
     assert environment_for(record) == {
         "CLOISTER_TOKEN": record.secret,
         "CLOISTER_CLOISTER": "api-feature",

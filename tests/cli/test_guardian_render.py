@@ -22,7 +22,10 @@ from cloister_core.config.models import GlobalConfig, GuardianConfig
 from cloister_core.paths import CloisterPaths
 
 SOURCE = Path(__file__).resolve().parents[2]
-SERVICES = {"proxy", "approval", "gateway"}
+SERVICES = {"proxy", "approval", "gateway", "credentials"}
+IMAGES = {name: f"cloister-{name}:latest" for name in SERVICES} | {
+    "credentials": "cloister-proxy:latest"  # the proxy's image, another command
+}
 UI_PORT = 19999
 
 
@@ -99,6 +102,11 @@ def test_which_service_is_on_which_network(stack: dict[str, Any]) -> None:
         "cloister-net": {"aliases": ["cloister-guardian"]},
         "control": {},
     }
+    # The credential gateway: reached by cloisters, reaches out; never the hub.
+    assert services["credentials"]["networks"] == {
+        "cloister-net": {"aliases": ["cloister-credentials"]},
+        "egress": {},
+    }
     # The hub is the human's: never on cloister-net, never on the egress network.
     assert services["approval"]["networks"] == {"control": {}}
 
@@ -108,6 +116,7 @@ def test_only_the_hub_publishes_a_port_and_only_on_loopback(stack: dict[str, Any
     assert services["approval"]["ports"] == [f"127.0.0.1:{UI_PORT}:9999"]
     assert "ports" not in services["proxy"]
     assert "ports" not in services["gateway"]
+    assert "ports" not in services["credentials"]
     hosts = json.loads(services["approval"]["environment"]["CLOISTER_APPROVAL_PUBLIC_HOSTS"])
     assert hosts == [f"127.0.0.1:{UI_PORT}", f"localhost:{UI_PORT}"]
 
@@ -126,7 +135,7 @@ def test_every_service_is_locked_down(stack: dict[str, Any], name: str) -> None:
     assert service["security_opt"] == ["no-new-privileges:true"]
     assert service["read_only"] is True
     assert service["container_name"] == f"cloister-guardian-{name}"
-    assert service["image"] == f"cloister-{name}:latest"
+    assert service["image"] == IMAGES[name]
     for key in ("privileged", "network_mode", "pid", "ipc", "cap_add", "devices"):
         assert key not in service
     assert not any("docker.sock" in spec["source"] for spec in service["volumes"])
@@ -155,6 +164,18 @@ def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
         "/run/secrets/service.credential": f"{credential}:ro",
         "/audit/audit.log": audit,
     }
+    # Only the credential gateway sees the stored credentials, read-only; none of the
+    # others mounts anything holding them (the config dir is mounted everywhere).
+    assert volumes(services["credentials"]) == {
+        "/config": f"{config}:ro",
+        "/secrets": f"{paths.data_dir / 'credentials'}:ro",
+        "/audit/audit.log": audit,
+    }
+    secrets = paths.data_dir / "credentials"
+    for name in SERVICES - {"credentials"}:
+        for source in volumes(services[name]).values():
+            host = Path(source.removesuffix(":ro"))
+            assert not secrets.is_relative_to(host), (name, host)
 
 
 def test_services_reach_the_hub_on_the_control_network(stack: dict[str, Any]) -> None:
@@ -302,7 +323,8 @@ def test_status_of_a_stack_that_is_not_there(paths: CloisterPaths) -> None:
     assert status == GuardianStatus(
         running=False,
         services=tuple(
-            ServiceStatus(name, "absent", "-") for name in ("proxy", "approval", "gateway")
+            ServiceStatus(name, "absent", "-")
+            for name in ("proxy", "approval", "gateway", "credentials")
         ),
         executor_pid=None,
         tokens=0,
@@ -329,6 +351,7 @@ def test_status_counts_tokens_and_reads_health(paths: CloisterPaths, tokens: Non
         ServiceStatus("proxy", "running", "-"),
         ServiceStatus("approval", "running", "healthy"),
         ServiceStatus("gateway", "exited", "-"),
+        ServiceStatus("credentials", "absent", "-"),
     )
     assert status.tokens == 2
     assert status.running is False  # a service is down, and no executor runs

@@ -32,20 +32,16 @@ from docker.models.containers import Container
 from docker.types import Mount
 
 from cloister_cli.gitmounts import GitPlan, bind
-from cloister_cli.guardian import CLOISTER_NET
 from cloister_cli.projects import Project
+from cloister_core import stack
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.errors import CloisterError
 from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
 
-LABEL = "org.cloister.cloister"
-GIT_LABEL = "org.cloister.git-common-dir"
-GUARDIAN_HOST = "cloister-guardian"
-PROXY_HOST = "cloister-proxy"
-PROXY_PORT = 3128
-REQUEST_PORT = 9998
+LABEL = stack.LABEL_CLOISTER
+GIT_LABEL = stack.LABEL_GIT_COMMON_DIR
 HOME = "/home/cloister"
 
 
@@ -146,7 +142,7 @@ class ContainerPlan:
             "mounts": self.mounts,
             "tmpfs": self.tmpfs,
             "labels": self.labels,
-            "network": CLOISTER_NET,
+            "network": stack.CLOISTER_NET,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"],
             "init": True,
@@ -158,14 +154,18 @@ class ContainerPlan:
 
 def environment_for(record: TokenRecord) -> dict[str, str]:
     """The variables a cloister gets: its token, the guardian, and the proxy."""
-    proxy = f"http://cloister:{record.secret}@{PROXY_HOST}:{PROXY_PORT}"
-    no_proxy = f"{GUARDIAN_HOST},{PROXY_HOST},localhost,127.0.0.1"
+    proxy = f"http://cloister:{record.secret}@{stack.PROXY_ALIAS}:{stack.PROXY_PORT}"
+    # The credential gateway is reached directly: through the proxy its request (and the
+    # token in it) would go to an address the proxy refuses anyway.
+    no_proxy = ",".join(
+        (stack.HOSTEXEC_ALIAS, stack.PROXY_ALIAS, stack.CREDENTIALS_ALIAS, "localhost", "127.0.0.1")
+    )
     return {
         "CLOISTER_TOKEN": record.secret,
         "CLOISTER_CLOISTER": record.cloister,
         "CLOISTER_PROJECT": record.project,
-        "CLOISTER_GUARDIAN_HOST": GUARDIAN_HOST,
-        "CLOISTER_REQUEST_PORT": str(REQUEST_PORT),
+        "CLOISTER_GUARDIAN_HOST": stack.HOSTEXEC_ALIAS,
+        "CLOISTER_REQUEST_PORT": str(stack.HOSTEXEC_PORT),
         "HTTP_PROXY": proxy,
         "HTTPS_PROXY": proxy,
         "http_proxy": proxy,
@@ -210,26 +210,40 @@ def plan(
     refs: Iterable[Path],
     forbidden: Forbidden,
     git_plan: GitPlan,
+    agent_environment: dict[str, str] | None = None,
+    agent_mounts: Iterable[Mount] = (),
+    accounts: tuple[Path, Path] | None = None,
 ) -> ContainerPlan:
-    """What ``docker run`` gets; *git_plan* is :func:`gitmounts.plan` of the workspace."""
+    """What ``docker run`` gets; *git_plan* is :func:`gitmounts.plan` of the workspace.
+
+    *agent_environment* and *agent_mounts* come from :func:`agentstate.prepare` (the
+    cloister's own variables win over them); *accounts* are the ``passwd`` and ``group``
+    files of :mod:`cloister_cli.accounts`, mounted read-only over the image's.
+    """
     forbidden.check(workspace.directory, "the project")
     for mount in git_plan.mounts:
         forbidden.check(Path(mount["Source"]), "the git directory")
     mounts = [bind(workspace.directory, "/work", read_only=False), *git_plan.mounts]
     mounts += ref_mounts(workspace, refs, forbidden)
+    mounts += agent_mounts  # Cloister's own directories under <data>: not checked
+    if accounts is not None:
+        mounts += [
+            bind(accounts[0], "/etc/passwd", read_only=True),
+            bind(accounts[1], "/etc/group", read_only=True),
+        ]
     uid, gid = os.getuid(), os.getgid()
     return ContainerPlan(
         name=name,
         container=container_name(name),
         image=image,
         user=f"{uid}:{gid}",
-        environment=environment_for(record),
+        environment=(agent_environment or {}) | environment_for(record),
         mounts=mounts,
         labels={
             LABEL: name,
-            "org.cloister.project": workspace.project.name,
-            "org.cloister.path": str(workspace.directory),
-            "org.cloister.branch": workspace.branch or "",
+            stack.LABEL_PROJECT: workspace.project.name,
+            stack.LABEL_PATH: str(workspace.directory),
+            stack.LABEL_BRANCH: workspace.branch or "",
             GIT_LABEL: str(git_plan.common_dir or ""),
         },
         limits=limits,
@@ -268,9 +282,9 @@ def _info(container: Container) -> CloisterInfo:
     image = container.attrs.get("Config", {}).get("Image", "")
     return CloisterInfo(
         name=labels[LABEL],
-        project=labels.get("org.cloister.project", ""),
-        branch=labels.get("org.cloister.branch") or None,
-        path=labels.get("org.cloister.path", ""),
+        project=labels.get(stack.LABEL_PROJECT, ""),
+        branch=labels.get(stack.LABEL_BRANCH) or None,
+        path=labels.get(stack.LABEL_PATH, ""),
         status=container.status,
         image=str(image),
         created=str(container.attrs.get("Created", ""))[:19],

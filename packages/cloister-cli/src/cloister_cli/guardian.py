@@ -44,18 +44,16 @@ from cloister_cli.images import (
     is_current,
     source_fingerprint,
 )
+from cloister_core import stack
 from cloister_core.config.models import GlobalConfig
+from cloister_core.credentials import credentials_dir
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths
+from cloister_core.stack import CLOISTER_NET, CONTROL_NET, EGRESS_NET, PROJECT, SERVICES
 from cloister_executor.locations import run_dir
 
-PROJECT = "cloister-guardian"
-CLOISTER_NET = "cloister-net"
-EGRESS_NET = "cloister-egress"
-CONTROL_NET = "cloister-control"
-PROXY_CONTAINER = f"{PROJECT}-proxy"
-SERVICES = ("proxy", "approval", "gateway")
+PROXY_CONTAINER = stack.container("proxy")
 READY_TIMEOUT = 60.0
 INHIBIT_IPV4 = {"com.docker.network.bridge.inhibit_ipv4": "true"}
 
@@ -145,6 +143,8 @@ class Guardian:
             directory.mkdir(parents=True, exist_ok=True)
         (self.paths.decisions_dir / "projects").mkdir(parents=True, exist_ok=True)
         self.paths.tokens_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Only the credential gateway mounts it; the user's alone (0700) on the host.
+        credentials_dir(self.paths).mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.credential_file.exists():
             atomic_write(self.credential_file, secrets.token_hex(32) + "\n", mode=0o600)
         # A bind mount of a missing file would create a directory in its place.
@@ -172,6 +172,8 @@ class Guardian:
             credential_file=self.credential_file,
             audit_log=self.paths.audit_log,
             ui_port=self.config.guardian.ui_port,
+            credentials_dir=credentials_dir(self.paths),
+            stack=stack,
             networks={"cloister": CLOISTER_NET, "egress": EGRESS_NET, "control": CONTROL_NET},
         )
         atomic_write(self.paths.compose_file, text, mode=0o644)
@@ -228,7 +230,7 @@ class Guardian:
                     internal=internal,
                     options=options,
                     enable_ipv6=False,
-                    labels={"org.cloister.guardian": "true"},
+                    labels={stack.LABEL_GUARDIAN: "true"},
                 )
                 continue
             if name == CLOISTER_NET and not is_guarded(network.attrs):
@@ -254,7 +256,7 @@ class Guardian:
         statuses = []
         for name in SERVICES:
             try:
-                container = self.client.containers.get(f"{PROJECT}-{name}")
+                container = self.client.containers.get(stack.container(name))
             except docker.errors.NotFound:
                 statuses.append(ServiceStatus(name, "absent", "-"))
                 continue
@@ -269,13 +271,13 @@ class Guardian:
         )
 
     def _wait_ready(self) -> None:
-        """Until the hub answers and the proxy and gateway have said they listen."""
+        """Until the hub answers and the other services have said they listen."""
         deadline = time.monotonic() + READY_TIMEOUT
-        pending = {"proxy": b"listening on", "gateway": b"listening on"}
+        pending = {name: b"listening on" for name in SERVICES if name != "approval"}
         hub_ready = False
         while time.monotonic() < deadline:
             for name, marker in list(pending.items()):
-                container = self.client.containers.get(f"{PROJECT}-{name}")
+                container = self.client.containers.get(stack.container(name))
                 if marker in container.logs(stdout=False, stderr=True, tail=50):
                     del pending[name]
                 elif container.status == "exited":

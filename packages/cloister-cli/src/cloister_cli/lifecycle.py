@@ -13,12 +13,12 @@ import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import docker
 import docker.errors
 
-from cloister_cli import cloisters, git, projects, sessions
+from cloister_cli import accounts, agentstate, cloisters, git, projects, sessions
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
 from cloister_cli.gitmounts import Protection
 from cloister_cli.guardian import Guardian
@@ -31,10 +31,11 @@ from cloister_cli.images import (
     source_fingerprint,
 )
 from cloister_cli.workspace import SourceTreeError, source_tree
+from cloister_core import stack
 from cloister_core.config import load_global_config, load_project_config
 from cloister_core.config.models import GlobalConfig
 from cloister_core.errors import CloisterError
-from cloister_core.names import cloister_name, sanitize_branch
+from cloister_core.names import cloister_name, container_name, sanitize_branch
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import read_session
 
@@ -196,10 +197,15 @@ def start(
     project_name: str | None = None,
     branch: str | None = None,
     image: str | None = None,
+    agent: str | None = None,
     allow_no_git: bool = False,
     progress: Progress = lambda what, line: None,
 ) -> StartOutcome:
-    """Start (or find running) the cloister for *directory*."""
+    """Start (or find running) the cloister for *directory*.
+
+    Every agent is set up in it (:mod:`cloister_cli.agentstate`); *agent* is the one
+    that must be: its setup failing fails the start, another's is a warning.
+    """
     warnings: list[str] = []
     workspace, name = workspace_for(
         context, directory, project_name=project_name, branch=branch, allow_no_git=allow_no_git
@@ -212,9 +218,9 @@ def start(
     projects.register(context.paths, workspace.project)
     existing = cloisters.find(context.docker, name)
     if existing is not None:
-        if existing.labels.get("org.cloister.path") != str(workspace.directory):
+        if existing.labels.get(stack.LABEL_PATH) != str(workspace.directory):
             raise CloisterStartError(
-                f"cloister {name!r} already runs for {existing.labels.get('org.cloister.path')};"
+                f"cloister {name!r} already runs for {existing.labels.get(stack.LABEL_PATH)};"
                 " choose another project name with -p NAME"
             )
         if existing.status == "paused":
@@ -230,6 +236,25 @@ def start(
     ensure_agent_image(context, chosen_image, progress)
     project_config = load_project_config(context.paths, workspace.project.name)
     record = cloisters.new_token(workspace, name)
+    refs = [Path(ref) for ref in project_config.refs]
+    forbidden = Forbidden.for_host(context.paths, context.home)
+    agent_plan = agentstate.prepare(
+        context.paths,
+        record=record,
+        config=context.config,
+        project_config=project_config,
+        host_home=context.home,
+        home=cloisters.HOME,
+        refs=[
+            PurePosixPath(mount["Target"]).name
+            for mount in cloisters.ref_mounts(workspace, refs, forbidden)
+        ],
+        chosen=agent,
+    )
+    warnings.extend(agent_plan.warnings)
+    identity = accounts.for_cloister(
+        context.docker, context.paths, name, chosen_image, cloisters.HOME
+    )
     prepared = sessions.prepare(context.paths, workspace, name, home=context.home)
     try:
         plan = cloisters.plan(
@@ -238,13 +263,17 @@ def start(
             record,
             image=chosen_image,
             limits=context.config.defaults,
-            refs=[Path(ref) for ref in project_config.refs],
-            forbidden=Forbidden.for_host(context.paths, context.home),
+            refs=refs,
+            forbidden=forbidden,
             git_plan=prepared.git_plan,
+            agent_environment=agent_plan.environment,
+            agent_mounts=agent_plan.mounts,
+            accounts=identity,
         )
         container = cloisters.create(context.docker, context.paths, plan, record)
     except BaseException:
         sessions.release(context.docker, context.paths, prepared.session, held=False)
+        accounts.remove(context.paths, name)
         raise
     try:
         context.hub.register(record)
@@ -289,6 +318,7 @@ class StopOutcome:
 def stop(context: Context, name: str) -> StopOutcome:
     """Remove the cloister, revoke its token everywhere, and review what it left."""
     result = cloisters.stop(context.docker, context.paths, name)
+    accounts.remove(context.paths, name)
     # The hub may be down or never have known it: the token file is gone either way.
     with contextlib.suppress(HubError):
         context.hub.revoke(name)
@@ -305,3 +335,46 @@ def stop(context: Context, name: str) -> StopOutcome:
         return StopOutcome(result.stopped, None, True, f"{type(error).__name__}: {error}")
     sessions.release(context.docker, context.paths, session, held=report.holds_guard)
     return StopOutcome(result.stopped, report, report.holds_guard)
+
+
+# -- exec ----------------------------------------------------------------------------------
+
+
+def exec_argv(
+    context: Context,
+    name: str,
+    command: list[str],
+    *,
+    workdir: str | None,
+    cwd: Path,
+    tty: bool,
+) -> list[str]:
+    """The ``docker exec`` command line that runs *command* in cloister *name*.
+
+    The container's environment (token, proxy, the agent's settings) comes with it.
+    Without *workdir*, the directory in ``/work`` that matches the caller's *cwd* when
+    that is inside the cloister's working tree, else ``/work``; a relative *workdir* is
+    relative to ``/work``.
+    """
+    container = cloisters.find(context.docker, name)
+    if container is None:
+        raise CloisterError(f"no cloister {name!r} (`cloister list`)")
+    if container.status == "paused":
+        raise CloisterError(
+            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
+        )
+    if container.status != "running":
+        raise CloisterError(
+            f"cloister {name!r} is {container.status}; `cloister start` in its directory"
+        )
+    if not command:
+        raise CloisterError("no command to run (cloister exec NAME -- COMMAND...)")
+    if workdir is None:
+        root = Path(container.labels.get(stack.LABEL_PATH, "/nonexistent"))
+        inside = cwd.resolve()
+        relative = inside.relative_to(root) if inside.is_relative_to(root) else Path()
+        target = str(PurePosixPath("/work", *relative.parts))
+    else:
+        target = str(PurePosixPath("/work", workdir))  # an absolute one stays as it is
+    flags = ["-it"] if tty else ["-i"]
+    return ["exec", *flags, "-w", target, container.name or container_name(name), *command]

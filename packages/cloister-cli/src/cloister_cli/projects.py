@@ -116,9 +116,14 @@ def list_projects(paths: CloisterPaths) -> list[ProjectSummary]:
     return found
 
 
+def exists(paths: CloisterPaths, name: str) -> bool:
+    """Whether project *name* has a config file or decisions."""
+    return any(p.exists() for p in (paths.project_config(name), paths.project_decisions(name)))
+
+
 def require(paths: CloisterPaths, name: str) -> None:
     """Refuse a name no project has (no config file, no decisions)."""
-    if not any(p.exists() for p in (paths.project_config(name), paths.project_decisions(name))):
+    if not exists(paths, name):
         raise ProjectError(f"no project {name!r} (`cloister project list`)")
 
 

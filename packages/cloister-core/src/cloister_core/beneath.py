@@ -70,26 +70,60 @@ def unlink_special(root: Path, relative: str) -> str | None:
         return target
 
 
-def replace_file(root: Path, relative: str, content: str) -> None:
+def replace_file(root: Path, relative: str, content: str | bytes, mode: int = 0o644) -> None:
     """Replace *relative* with a regular file holding *content* (atomic rename)."""
+    payload = content.encode("utf-8") if isinstance(content, str) else content
     with parent_of(root, relative) as (fd, name):
         temporary = f".{name}.{secrets.token_hex(4)}.tmp"
         file = os.open(
             temporary,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o644,
+            mode,
             dir_fd=fd,
         )
         try:
-            os.write(file, content.encode("utf-8"))
+            os.fchmod(file, mode)  # whatever the umask
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(file, view) :]
             os.fsync(file)
-        finally:
+        except BaseException:
             os.close(file)
+            os.unlink(temporary, dir_fd=fd)
+            raise
+        os.close(file)
         os.rename(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
+
+
+def make_directories(root: Path, relative: str, mode: int = 0o700) -> None:
+    """Create the directories of *relative* below *root* one by one, following no link.
+
+    A component that exists as anything but a real directory (a link the agent put
+    there) raises :class:`OSError`.
+    """
+    parts = [part for part in PurePosixPath(relative).parts if part not in ("", ".")]
+    if ".." in parts:
+        raise OSError(f"not a path below {root}: {relative!r}")
+    fd = os.open(root, _DIRECTORY)
+    try:
+        for part in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, mode, dir_fd=fd)
+            next_fd = os.open(part, _DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+    finally:
+        os.close(fd)
 
 
 def read_regular(root: Path, relative: str, limit: int = 64 * 1024) -> str | None:
     """The text of *relative* when it is a regular file (no link followed), else None."""
+    data = read_regular_bytes(root, relative, limit)
+    return data.decode("utf-8", "replace") if data is not None else None
+
+
+def read_regular_bytes(root: Path, relative: str, limit: int) -> bytes | None:
+    """At most *limit* bytes of *relative* when it is a regular file (no link followed)."""
     try:
         with parent_of(root, relative) as (fd, name):
             file = os.open(
@@ -98,7 +132,12 @@ def read_regular(root: Path, relative: str, limit: int = 64 * 1024) -> str | Non
             try:
                 if not stat.S_ISREG(os.fstat(file).st_mode):
                     return None
-                return os.read(file, limit).decode("utf-8", "replace")
+                chunks = []
+                remaining = limit
+                while remaining > 0 and (chunk := os.read(file, min(remaining, 1 << 20))):
+                    chunks.append(chunk)
+                    remaining -= len(chunk)
+                return b"".join(chunks)
             finally:
                 os.close(file)
     except OSError:

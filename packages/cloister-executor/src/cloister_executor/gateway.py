@@ -48,6 +48,7 @@ from cloister_core.hub import (
     CommandRequest,
 )
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.stack import HOSTEXEC_PORT
 from cloister_core.tokens import TokenRecord
 from cloister_core.watch import PolicyBook, TokenDirectory
 from cloister_executor.client import ExecutorClient, ExecutorUnavailableError
@@ -76,7 +77,7 @@ class GatewaySettings(BaseSettings):
         default_factory=default_data_dir, description="Cloister's data directory"
     )
     host: str = Field(default="0.0.0.0", description="address to listen on")  # noqa: S104
-    port: int = Field(default=9998, ge=0, le=65535, description="port to listen on")
+    port: int = Field(default=HOSTEXEC_PORT, ge=0, le=65535, description="port to listen on")
     executor: str = Field(
         default="unix:/run/cloister/executor.sock", description="unix:PATH or tcp:HOST:PORT"
     )

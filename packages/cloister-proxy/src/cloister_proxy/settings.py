@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from cloister_core.config.models import Duration
 from cloister_core.fileio import read_secret
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.stack import PROXY_PORT
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -49,7 +50,7 @@ class ProxySettings(BaseSettings):
         description="Cloister's data directory"
         " (default: $CLOISTER_DATA_DIR or ~/.local/share/cloister)",
     )
-    listen: str = Field(default="0.0.0.0:3128", description="HOST:PORT to listen on")
+    listen: str = Field(default=f"0.0.0.0:{PROXY_PORT}", description="HOST:PORT to listen on")
     approval_url: str | None = Field(
         default=None,
         description="base URL of the approval hub; without it unlisted domains are refused",

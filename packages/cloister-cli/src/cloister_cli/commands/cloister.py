@@ -1,24 +1,29 @@
-"""``cloister start | list | path | stop``."""
+"""``cloister start | list | path | stop | exec``."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import click
 
-from cloister_cli import cloisters, lifecycle
+from cloister_cli import agentstate, cloisters, lifecycle
 from cloister_cli.commands.output import build_progress, console, note, print_json, warn
 from cloister_cli.commands.review import print_report
 from cloister_cli.lifecycle import Context
+from cloister_core import stack
 
 
 @click.command()
 @click.option("-p", "--project", "project_name", help="Project name (default: the directory's).")
 @click.option("-b", "--branch", help="Work on BRANCH in its own git worktree.")
 @click.option("-d", "--detach", is_flag=True, help="Start it, but do not attach a shell.")
-@click.option("--agent", help="Attach to this command instead of a shell (e.g. claude).")
+@click.option(
+    "--agent",
+    help="Attach to this agent (claude, codex, gemini) or command instead of a shell.",
+)
 @click.option("--image", help="Agent image (default: defaults.image in config.yaml).")
 @click.option(
     "--allow-no-git", is_flag=True, help="Allow a directory that is not a git repository."
@@ -36,15 +41,20 @@ def start(
     """Start (or enter) the cloister for this directory, then attach a shell.
 
     The guardian stack is started first if it is down. Entering a running
-    cloister again just attaches; it keeps its token.
+    cloister again just attaches; it keeps its token. Claude Code, Codex and
+    Gemini CLI are set up in every cloister (`cloister setup` logs them in),
+    with their own prompts off: the cloister is the sandbox.
 
     \b
     Examples:
       cloister start
+      cloister start --agent claude      # or defaults.agent in config.yaml
+      cloister start -d --agent codex && cloister exec -- codex exec "fix the build"
       cloister start -d --image cloister-slim:latest
       cloister start -b feature/login     # worktree + cloister my-api-feature-login
       cloister start -p work-my-api       # when another project is called my-api
     """
+    agent = agent or context.config.defaults.agent
     with build_progress() as progress:
         outcome = lifecycle.start(
             context,
@@ -52,6 +62,7 @@ def start(
             project_name=project_name,
             branch=branch,
             image=image,
+            agent=agent,
             allow_no_git=allow_no_git,
             progress=progress,
         )
@@ -70,11 +81,13 @@ def start(
     )
     if detach:
         return
-    command = agent or context.config.defaults.agent or context.config.defaults.shell
+    command = (
+        agentstate.attach_argv(agent, context.config) if agent else [context.config.defaults.shell]
+    )
     docker_cli = shutil.which("docker")
     if docker_cli is None:
         raise click.ClickException("the docker command is not installed")
-    result = subprocess.run([docker_cli, "exec", "-it", outcome.container, command], check=False)
+    result = subprocess.run([docker_cli, "exec", "-it", outcome.container, *command], check=False)
     note(f"left cloister {outcome.name} (still running; `cloister stop {outcome.name}` ends it)")
     raise SystemExit(result.returncode)
 
@@ -126,7 +139,7 @@ def path_command(context: Context, name: str) -> None:
     container = cloisters.find(context.docker, name)
     if container is None:
         raise click.ClickException(f"no cloister {name!r} (`cloister list`)")
-    click.echo(container.labels["org.cloister.path"])
+    click.echo(container.labels[stack.LABEL_PATH])
 
 
 @click.command()
@@ -171,3 +184,53 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
             )
         elif outcome.report is not None and outcome.report.findings:
             note(f"`cloister review {each}` shows them again")
+
+
+class _ExecCommand(click.Command):
+    """Keeps what follows ``--`` apart: it is the command, never NAME."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            split = args.index("--")
+            ctx.meta["exec.command"] = args[split + 1 :]
+            args = args[:split]
+            ctx.allow_interspersed_args = True  # NAME -w DIR -- …: options anywhere before --
+        return super().parse_args(ctx, args)
+
+
+@click.command("exec", cls=_ExecCommand, context_settings={"allow_interspersed_args": False})
+@click.option("-w", "--workdir", help="Directory to run in (relative ones are under /work).")
+@click.argument("words", nargs=-1, type=click.UNPROCESSED, metavar="[NAME] -- COMMAND [ARGS]...")
+@click.pass_obj
+def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) -> None:
+    """Run a command in a running cloister, with its environment.
+
+    NAME defaults to the cloister of the current directory; the command runs in
+    the matching directory under /work. It gets a terminal when you have one,
+    and its exit status is cloister's.
+
+    \b
+    Examples:
+      cloister exec -- make test
+      cloister exec my-api -- claude -p "make the tests pass"
+      cloister exec my-api -w src -- ls
+      cloister start -d --agent claude && cloister exec -- claude -p "fix the build"
+    """
+    command: list[str] | None = click.get_current_context().meta.get("exec.command")
+    if command is None:  # docker's form: NAME COMMAND...
+        if len(words) < 2:
+            raise click.UsageError("say which command to run: cloister exec [NAME] -- COMMAND")
+        name: str | None = words[0]
+        command = list(words[1:])
+    else:
+        if len(words) > 1:
+            raise click.UsageError(f"one NAME before --, got {' '.join(words)!r}")
+        name = words[0] if words else None
+    if name is None:
+        name = lifecycle.name_for_directory(context, Path.cwd())
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    argv = lifecycle.exec_argv(context, name, command, workdir=workdir, cwd=Path.cwd(), tty=tty)
+    docker_cli = shutil.which("docker")
+    if docker_cli is None:
+        raise click.ClickException("the docker command is not installed")
+    raise SystemExit(subprocess.run([docker_cli, *argv], check=False).returncode)

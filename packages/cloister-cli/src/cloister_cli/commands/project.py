@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from cloister_cli import cloisters, projects
-from cloister_cli.commands.output import console, print_json
+from cloister_cli import agentstate, cloisters, projects
+from cloister_cli.commands.output import console, note, print_json
 from cloister_cli.lifecycle import Context
 from cloister_core.names import validate_name
 from cloister_core.policy import load_project_policy
@@ -90,18 +90,33 @@ def project_show(context: Context, name: str, as_json: bool) -> None:
 
 @project.command("remove")
 @click.argument("name")
+@click.option("--volumes", is_flag=True, help="Also delete its agents' state (sessions, history).")
 @click.pass_obj
-def project_remove(context: Context, name: str) -> None:
+def project_remove(context: Context, name: str, volumes: bool) -> None:
     """Forget a project: delete its config and decision files (not its repository).
+
+    The agents' state of the project (their sessions and history, kept across
+    `stop` and `start`) stays unless --volumes.
 
     \b
     Examples:
       cloister project remove old-experiment
+      cloister project remove old-experiment --volumes
     """
     validate_name(name, what="project name")
-    projects.require(context.paths, name)
+    state = agentstate.agents_dir(context.paths, name)
+    known = projects.exists(context.paths, name)
+    if not (known or (volumes and state.exists())):
+        projects.require(context.paths, name)  # says there is no such project
     running = [c.name for c in cloisters.list_cloisters(context.docker) if c.project == name]
     if running:
         raise click.ClickException(f"stop its cloisters first: {', '.join(running)}")
-    for path in projects.remove(context.paths, name):
-        click.echo(f"deleted {path}")
+    if known:
+        for path in projects.remove(context.paths, name):
+            click.echo(f"deleted {path}")
+    if volumes:
+        removed = agentstate.remove(context.paths, name)
+        if removed is not None:
+            click.echo(f"deleted {removed}")
+    elif state.exists():
+        note(f"the agents' state of {name} stays in {state} (--volumes deletes it)")

@@ -243,6 +243,46 @@ class GuardianConfig(Model):
     ui_port: int = Field(default=9999, ge=1, le=65535)
 
 
+class AgentConfig(Model):
+    """``agents.<name>:`` what a cloister's agent gets."""
+
+    # Where the credential gateway forwards the agent's API calls (default: the vendor's).
+    api_base: str | None = None
+    # The agent's own permission prompts off: the cloister is the sandbox.
+    skip_permissions: bool = True
+    # Extra environment for the agent (not for secrets: `cloister setup` stores those).
+    env: dict[str, str] = {}
+
+    @field_validator("api_base")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"api_base must be an http(s) URL without query, got {value!r}")
+        return value.rstrip("/") if value else value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"not an environment variable name: {name!r}")
+        return value
+
+
+class AgentsConfig(Model):
+    """``agents:``."""
+
+    claude: AgentConfig = AgentConfig()
+    codex: AgentConfig = AgentConfig()
+    gemini: AgentConfig = AgentConfig()
+
+    def of(self, name: str) -> AgentConfig:
+        value = getattr(self, name, None)
+        if not isinstance(value, AgentConfig):
+            raise ValueError(f"no such agent: {name!r}")
+        return value
+
+
 class GlobalConfig(Model):
     """``<config>/config.yaml``."""
 
@@ -250,6 +290,7 @@ class GlobalConfig(Model):
     hostexec: HostexecConfig = HostexecConfig()
     defaults: DefaultsConfig = DefaultsConfig()
     guardian: GuardianConfig = GuardianConfig()
+    agents: AgentsConfig = AgentsConfig()
 
 
 class ProjectConfig(Model):

@@ -1,0 +1,41 @@
+"""The guardian stack's names, ports, aliases and labels, in one place.
+
+The CLI renders the compose template with these values and gives cloisters the
+addresses below; the services take their default ports from here. Changing a name
+here changes it everywhere.
+"""
+
+from __future__ import annotations
+
+PROJECT = "cloister-guardian"  # the compose project; containers are <project>-<service>
+
+CLOISTER_NET = "cloister-net"  # internal: cloisters and the services they may reach
+EGRESS_NET = "cloister-egress"  # to the internet: the proxy and the credential gateway
+CONTROL_NET = "cloister-control"  # the services among themselves and the approval hub
+
+PROXY_ALIAS = "cloister-proxy"  # on cloister-net
+PROXY_PORT = 3128
+HOSTEXEC_ALIAS = "cloister-guardian"  # the hostexec gateway, on cloister-net
+HOSTEXEC_PORT = 9998
+CREDENTIALS_ALIAS = "cloister-credentials"  # the credential gateway, on cloister-net
+CREDENTIALS_PORT = 9997
+APPROVAL_PORT = 9999  # the hub, inside the stack (its host port is guardian.ui_port)
+
+SERVICES = ("proxy", "approval", "gateway", "credentials")
+
+LABEL_GUARDIAN = "org.cloister.guardian"
+LABEL_CLOISTER = "org.cloister.cloister"
+LABEL_PROJECT = "org.cloister.project"
+LABEL_PATH = "org.cloister.path"
+LABEL_BRANCH = "org.cloister.branch"
+LABEL_GIT_COMMON_DIR = "org.cloister.git-common-dir"
+
+
+def container(service: str) -> str:
+    """The container of a stack service: ``cloister-guardian-proxy``."""
+    return f"{PROJECT}-{service}"
+
+
+def credentials_url(agent_prefix: str) -> str:
+    """An agent's base URL on the credential gateway: ``http://cloister-credentials:9997/claude``."""
+    return f"http://{CREDENTIALS_ALIAS}:{CREDENTIALS_PORT}{agent_prefix}"

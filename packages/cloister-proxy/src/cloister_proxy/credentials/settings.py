@@ -1,0 +1,74 @@
+"""The credential gateway's settings: one object, built once in ``main()``.
+
+Every setting comes from a command-line option, else a ``CLOISTER_CREDENTIALS_*``
+environment variable, else its default.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cloister_core.config.models import Duration
+from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.stack import CREDENTIALS_PORT
+from cloister_proxy.settings import parse_listen
+
+
+class CredentialSettings(BaseSettings):
+    """Settings of ``cloister-credentials``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLOISTER_CREDENTIALS_",
+        extra="forbid",
+        frozen=True,
+        cli_kebab_case=True,
+        cli_prog_name="cloister-credentials",
+        cli_implicit_flags=True,
+    )
+
+    config_dir: Path = Field(
+        default_factory=default_config_dir,
+        description="Cloister's config directory: config.yaml and tokens/",
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Cloister's data directory"
+    )
+    secrets_dir: Path | None = Field(
+        default=None,
+        description="where the stored credentials are (default: <data>/credentials)",
+    )
+    listen: str = Field(default=f"0.0.0.0:{CREDENTIALS_PORT}", description="HOST:PORT to listen on")
+    header_timeout: Duration = Field(
+        default=timedelta(seconds=10), description="time allowed for a request head"
+    )
+    connect_timeout: Duration = Field(
+        default=timedelta(seconds=10), description="time allowed to connect upstream"
+    )
+    idle_timeout: Duration = Field(
+        default=timedelta(minutes=10),
+        description="a connection idle this long is closed (a model may think for minutes)",
+    )
+    audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
+    audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
+
+    @field_validator("listen")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+    @property
+    def paths(self) -> CloisterPaths:
+        return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
+
+    @property
+    def secrets(self) -> Path:
+        return self.secrets_dir or self.data_dir / "credentials"

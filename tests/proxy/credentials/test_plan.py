@@ -1,0 +1,202 @@
+"""The credential gateway's decisions, sans I/O: a request head in, a Forward or a Refusal out."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from cloister_core.credentials import PROVIDERS, Method, StoredCredential
+from cloister_core.tokens import TokenRecord
+from cloister_proxy.credentials.plan import Forward, Refusal, Upstream, plan
+from cloister_proxy.http1 import parse_request_head
+
+RECORD = TokenRecord.create(cloister="api", project="api", path=Path("/tmp/api"))
+TOKEN = RECORD.secret
+REAL = "sk-ant-real-0123456789"
+
+
+def credential(agent: str, method: Method = "api-key") -> StoredCredential:
+    return StoredCredential(
+        agent=agent, method=method, secret=SecretStr(REAL), created_at=datetime.now(UTC)
+    )
+
+
+def decide(
+    raw: str,
+    *,
+    method: Method = "api-key",
+    stored: bool = True,
+    api_base: str | None = "http://fake-api:8080",
+) -> Forward | Refusal:
+    lines = [line for line in raw.split("\n") if line]
+    head = parse_request_head("\r\n".join(lines).encode() + b"\r\n\r\n")
+    return plan(
+        head,
+        tokens=lambda value: RECORD if value == TOKEN else None,
+        credentials=lambda agent: credential(agent, method) if stored else None,
+        api_bases={"claude": api_base, "codex": api_base, "gemini": api_base},
+    )
+
+
+def sent_head(forward: Forward) -> tuple[str, list[tuple[str, str]]]:
+    lines = forward.head.decode("latin-1").split("\r\n")
+    fields = [tuple(line.split(": ", 1)) for line in lines[1:] if line]
+    return lines[0], [(name, value) for name, value in fields]
+
+
+def test_claude_api_key_is_swapped_for_the_real_one() -> None:
+    forward = decide(
+        "POST /claude/v1/messages?beta=true HTTP/1.1\n"
+        "Host: cloister-credentials:9997\n"
+        f"x-api-key: {TOKEN}\n"
+        "anthropic-version: 2023-06-01\n"
+        "Content-Length: 2\n"
+    )
+    assert isinstance(forward, Forward)
+    first, fields = sent_head(forward)
+    assert first == "POST /v1/messages?beta=true HTTP/1.1"
+    assert fields == [
+        ("Host", "fake-api:8080"),
+        ("anthropic-version", "2023-06-01"),
+        ("Content-Length", "2"),
+        ("x-api-key", REAL),
+    ]
+    assert TOKEN.encode() not in forward.head
+    assert forward.record == RECORD
+    assert forward.path == "/v1/messages"  # audited without the query
+    assert forward.upstream == Upstream("http", "fake-api", 8080, "")
+
+
+def test_an_oauth_token_goes_as_a_bearer_and_the_client_authorization_is_dropped() -> None:
+    forward = decide(
+        f"POST /claude/v1/messages HTTP/1.1\nHost: x\nAuthorization: Bearer {TOKEN}\n"
+        "anthropic-beta: oauth-2025-04-20\nContent-Length: 0\n",
+        method="oauth-token",
+    )
+    assert isinstance(forward, Forward)
+    _, fields = sent_head(forward)
+    assert ("authorization", f"Bearer {REAL}") in fields
+    assert ("anthropic-beta", "oauth-2025-04-20") in fields
+    assert [name for name, _ in fields].count("authorization") == 1
+    assert not any(name.lower() == "x-api-key" for name, _ in fields)
+
+
+@pytest.mark.parametrize(
+    ("agent", "header", "expected"),
+    [
+        ("codex", f"Authorization: Bearer {TOKEN}", ("authorization", f"Bearer {REAL}")),
+        ("gemini", f"x-goog-api-key: {TOKEN}", ("x-goog-api-key", REAL)),
+    ],
+)
+def test_other_providers(agent: str, header: str, expected: tuple[str, str]) -> None:
+    forward = decide(f"POST /{agent}/v1/responses HTTP/1.1\nHost: x\n{header}\n\n")
+    assert isinstance(forward, Forward)
+    assert forward.provider.agent == agent
+    assert expected in sent_head(forward)[1]
+    assert TOKEN.encode() not in forward.head
+
+
+def test_the_api_base_path_is_kept_and_the_default_is_the_vendor() -> None:
+    forward = decide(
+        f"GET /claude/v1/models HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n",
+        api_base="https://gateway.example:8443/anthropic",
+    )
+    assert isinstance(forward, Forward)
+    assert sent_head(forward)[0] == "GET /anthropic/v1/models HTTP/1.1"
+    assert ("Host", "gateway.example:8443") in sent_head(forward)[1]
+    vendor = decide(f"GET /claude/v1/models HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n", api_base=None)
+    assert isinstance(vendor, Forward)
+    assert vendor.upstream == Upstream("https", "api.anthropic.com", 443, "")
+    assert ("Host", "api.anthropic.com") in sent_head(vendor)[1]
+
+
+def test_hop_by_hop_fields_are_not_forwarded_but_the_framing_is() -> None:
+    forward = decide(
+        f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n"
+        "Connection: keep-alive, x-secret-hop\nx-secret-hop: 1\nProxy-Authorization: no\n"
+        "Transfer-Encoding: chunked\n"
+    )
+    assert isinstance(forward, Forward)
+    names = [name.lower() for name, _ in sent_head(forward)[1]]
+    assert "transfer-encoding" in names
+    for dropped in ("connection", "x-secret-hop", "proxy-authorization"):
+        assert dropped not in names
+
+
+def test_an_unknown_prefix_is_404() -> None:
+    refusal = decide(f"POST /v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (404, "no-agent")
+    assert "/claude" in refusal.message
+    # a prefix is a whole segment: /claudette is not claude
+    assert isinstance(decide(f"GET /claudette HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n"), Refusal)
+
+
+@pytest.mark.parametrize(
+    "header", ["", "x-api-key: sk-ant-a-real-looking-key", f"x-api-key: {TOKEN[:-1]}0"]
+)
+def test_a_key_that_is_no_cloister_token_is_401(header: str) -> None:
+    refusal = decide(f"POST /claude/v1/messages HTTP/1.1\nHost: x\n{header}\n")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (401, "token")
+    # Shaped as the Anthropic API's own errors, so Claude Code shows the message.
+    body = json.loads(refusal.body(PROVIDERS["claude"]))
+    assert body == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": refusal.message},
+    }
+
+
+def test_an_agent_not_set_up_is_503_naming_the_command() -> None:
+    refusal = decide(
+        f"POST /codex/v1/responses HTTP/1.1\nHost: x\nAuthorization: Bearer {TOKEN}\n",
+        stored=False,
+    )
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (503, "not-set-up")
+    assert "cloister setup codex" in refusal.message
+    assert refusal.record == RECORD
+    assert json.loads(refusal.body(None))["error"]["code"] == 503
+
+
+def test_an_existing_login_credential_has_no_secret_to_swap() -> None:
+    head = parse_request_head(
+        f"POST /claude/v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {TOKEN}\r\n\r\n".encode()
+    )
+    refusal = plan(
+        head,
+        tokens=lambda value: RECORD,
+        credentials=lambda agent: StoredCredential(
+            agent=agent, method="existing-login", created_at=datetime.now(UTC)
+        ),
+        api_bases={},
+    )
+    assert isinstance(refusal, Refusal)
+    assert refusal.status == 503
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:8080", Upstream("http", "127.0.0.1", 8080, "")),
+        ("https://api.openai.com/", Upstream("https", "api.openai.com", 443, "")),
+        ("http://[::1]/base/", Upstream("http", "::1", 80, "/base")),
+    ],
+)
+def test_upstream_parse(url: str, expected: Upstream) -> None:
+    assert Upstream.parse(url) == expected
+
+
+def test_upstream_authority_brackets_ipv6_and_omits_default_ports() -> None:
+    assert Upstream("http", "::1", 8080, "").authority == "[::1]:8080"
+    assert Upstream("https", "a.example", 443, "").authority == "a.example"
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "http://", "not a url"])
+def test_upstream_parse_refuses(url: str) -> None:
+    with pytest.raises(ValueError, match="not an http"):
+        Upstream.parse(url)
