@@ -32,7 +32,7 @@ GUARDIAN_TIMEOUT = 900.0  # the first guardian start may build the service image
 EXEC_TIMEOUT = 60.0
 SLIM_IMAGE = "cloister-slim:latest"
 BASE_IMAGE = "debian:bookworm-slim"
-PROXY_ADDRESS = "cloister-proxy:3128"
+PROXY_ADDRESS = "cloister-guardian-proxy:3128"
 # Denied by the module's config: a CONNECT to it with a token the proxy accepts is
 # answered 403 at once (no DNS, no upstream), one the proxy refuses is answered 407.
 DENIED_HOST = "denied.cloister.test"

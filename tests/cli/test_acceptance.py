@@ -457,7 +457,7 @@ def test_container_is_hardened_as_configured(
     assert env["CLOISTER_REQUEST_PORT"] == "9998"
     for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         assert env[key].startswith("http://"), (key, env[key])
-        assert env[key].endswith(f":{token}@cloister-proxy:3128"), (key, env[key])
+        assert env[key].endswith(f":{token}@cloister-guardian-proxy:3128"), (key, env[key])
     assert env["NO_PROXY"] == env["no_proxy"]
     assert env["CLOISTER_GUARDIAN_HOST"] in env["NO_PROXY"].split(",")
 

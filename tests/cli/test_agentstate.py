@@ -158,7 +158,7 @@ def test_every_agent_gets_its_state_dir_mount_and_variables(
     }
     assert all(not mount["ReadOnly"] for mount in plan.mounts)
     env = plan.environment
-    assert env["ANTHROPIC_BASE_URL"] == "http://cloister-credentials:9997/claude"
+    assert env["ANTHROPIC_BASE_URL"] == "http://cloister-guardian-credentials:9997/claude"
     assert env["ANTHROPIC_AUTH_TOKEN"] == record.secret
     # codex and gemini are not set up: they talk to the gateway, which says so
     assert env["OPENAI_API_KEY"] == record.secret
@@ -226,3 +226,71 @@ def test_attach_argv() -> None:
     assert agentstate.attach_argv("claude", config) == ["claude"]
     assert agentstate.attach_argv("gemini", config) == ["gemini", "--approval-mode=yolo"]
     assert agentstate.attach_argv("aider", config) == ["aider"]
+
+
+# -- what a hostile agent leaves in its state directory ------------------------------------
+
+
+def test_a_deep_state_file_is_replaced_not_merged(tmp_path: Path) -> None:
+    deep = "[" * 900 + "]" * 900
+    (tmp_path / "settings.json").write_text('{"x": ' + deep + "}")
+    agentstate.write_home_file(tmp_path, json_file("settings.json", {"a": 1}))
+    assert json.loads((tmp_path / "settings.json").read_text()) == {"a": 1}
+
+
+def test_a_deep_toml_key_does_not_break_the_start(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text(".".join(["a"] * 990) + " = 1\n")
+    agentstate.write_home_file(tmp_path, toml_file("config.toml", {"approval_policy": "never"}))
+    assert tomllib.loads((tmp_path / "config.toml").read_text()) == {"approval_policy": "never"}
+
+
+def test_merging_never_grows_a_planted_file(tmp_path: Path) -> None:
+    # Pretty-printing a wide, nested document would multiply it (x900 measured).
+    planted = json.dumps({"x": [[[[0] * 200_000]]], "keep": 1}, separators=(",", ":"))
+    (tmp_path / ".claude.json").write_text(planted)
+    agentstate.write_home_file(tmp_path, json_file(".claude.json", {"forced": True}))
+    written = (tmp_path / ".claude.json").read_bytes()
+    assert len(written) <= len(planted) + 64
+    assert json.loads(written)["forced"] is True
+
+
+def test_login_files_are_forgotten_when_the_method_is_no_longer_existing_login(
+    paths: CloisterPaths, record: TokenRecord, tmp_path: Path
+) -> None:
+    home = make_host_home(tmp_path / "home")
+    store(paths, "codex", "existing-login", None)
+    prepare(paths, record, home)
+    auth = paths.data_dir / "agents/api/codex/auth.json"
+    assert SECRET in auth.read_text()
+    store(paths, "codex", "api-key", "sk-new")
+    prepare(paths, record, home)
+    assert not auth.exists()
+
+
+def test_a_repository_planted_in_the_state_dir_is_disarmed(
+    paths: CloisterPaths, record: TokenRecord, tmp_path: Path
+) -> None:
+    prepare(paths, record, tmp_path)
+    state = paths.data_dir / "agents/api/claude"
+    (state / "projects" / "-work" / ".git" / "hooks").mkdir(parents=True)
+    (state / "plugins" / "x").mkdir(parents=True)
+    (state / "plugins" / "x" / ".git").write_text("gitdir: /elsewhere\n")
+    assert sorted(agentstate.disarm(paths, "api")) == [
+        "claude/plugins/x/.git",
+        "claude/projects/-work/.git",
+    ]
+    assert (state / "projects" / "-work" / ".git.disabled-by-cloister" / "hooks").is_dir()
+    assert not (state / "projects" / "-work" / ".git").exists()
+    assert agentstate.disarm(paths, "api") == []
+
+
+def test_remove_deletes_directories_the_agent_made_read_only(
+    paths: CloisterPaths, record: TokenRecord, tmp_path: Path
+) -> None:
+    prepare(paths, record, tmp_path)
+    locked = paths.data_dir / "agents/api/claude/locked"
+    locked.mkdir()
+    (locked / "f").write_text("x")
+    locked.chmod(0o500)
+    agentstate.remove(paths, "api")
+    assert not (paths.data_dir / "agents" / "api").exists()

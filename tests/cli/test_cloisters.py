@@ -351,8 +351,16 @@ def test_cpu_limit_in_nano_cpus(host: Host, repo: Path, cpus: float, nano_cpus: 
 
 def test_environment_for() -> None:
     record = TokenRecord.create(cloister="api-feature", project="api", path=Path("/w"))
-    proxy = f"http://cloister:{record.secret}@cloister-proxy:3128"
-    no_proxy = "cloister-guardian,cloister-proxy,cloister-credentials,localhost,127.0.0.1"
+    proxy = f"http://cloister:{record.secret}@cloister-guardian-proxy:3128"
+    no_proxy = ",".join(
+        (
+            "cloister-guardian",
+            "cloister-guardian-proxy",
+            "cloister-guardian-credentials",
+            "localhost",
+            "127.0.0.1",
+        )
+    )
     assert environment_for(record) == {
         "CLOISTER_TOKEN": record.secret,
         "CLOISTER_CLOISTER": "api-feature",
@@ -387,6 +395,13 @@ REFUSED: list[tuple[str, PathOf]] = [
     ("~/.kube", lambda h: h.home / ".kube"),
     ("~/.netrc", lambda h: h.home / ".netrc"),
     ("~/.local", lambda h: h.home / ".local"),
+    ("~/.claude", lambda h: h.home / ".claude"),
+    ("inside ~/.claude", lambda h: h.home / ".claude" / "projects"),
+    ("~/.claude.json", lambda h: h.home / ".claude.json"),
+    ("~/.codex", lambda h: h.home / ".codex"),
+    ("~/.gemini", lambda h: h.home / ".gemini"),
+    ("<data>/credentials", lambda h: h.paths.data_dir / "credentials"),
+    ("<data>/agents", lambda h: h.paths.data_dir / "agents"),
     ("<config>", lambda h: h.paths.config_dir),
     ("<config>/tokens", lambda h: h.paths.tokens_dir),
     ("what holds <config>", lambda h: h.paths.config_dir.parent),

@@ -94,7 +94,7 @@ def test_networks_are_the_external_ones(stack: dict[str, Any]) -> None:
 def test_which_service_is_on_which_network(stack: dict[str, Any]) -> None:
     services = stack["services"]
     assert services["proxy"]["networks"] == {
-        "cloister-net": {"aliases": ["cloister-proxy"]},
+        "cloister-net": {"aliases": ["cloister-guardian-proxy"]},
         "egress": {},
         "control": {},
     }
@@ -104,7 +104,7 @@ def test_which_service_is_on_which_network(stack: dict[str, Any]) -> None:
     }
     # The credential gateway: reached by cloisters, reaches out; never the hub.
     assert services["credentials"]["networks"] == {
-        "cloister-net": {"aliases": ["cloister-credentials"]},
+        "cloister-net": {"aliases": ["cloister-guardian-credentials"]},
         "egress": {},
     }
     # The hub is the human's: never on cloister-net, never on the egress network.

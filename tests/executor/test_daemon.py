@@ -642,6 +642,8 @@ def test_no_tcp_listener_on_linux(serve_process: tuple[ServeProcess, DaemonHarne
     sock = socket_path(files.paths)
     assert any(f"listening on {sock}" in line for line in process.lines)
 
+    # The line comes first, the state file right after it.
+    wait_until(files.paths.executor_state.exists, what="executor.json")
     state = ExecutorState.model_validate_json(files.paths.executor_state.read_bytes())
     assert state.pid == pid
     assert state.tcp is None

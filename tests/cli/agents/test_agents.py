@@ -12,7 +12,7 @@ from cloister_core.credentials import GATEWAY_METHODS, METHODS, PROVIDERS, Metho
 from cloister_core.errors import CloisterError
 
 EVERY = [pytest.param(agent, id=name) for name, agent in AGENTS.items()]
-GATEWAY = "http://cloister-credentials:9997"
+GATEWAY = "http://cloister-guardian-credentials:9997"
 TOKEN = "cloister-token-0123456789"
 
 
@@ -100,3 +100,9 @@ def test_existing_login_from_an_empty_home_says_what_to_do(agent: Agent, tmp_pat
             rules="r",
             gateway_url=GATEWAY,
         )
+
+
+@pytest.mark.parametrize("agent", EVERY)
+def test_login_paths_are_where_the_login_files_go(agent: Agent, host_home: Path) -> None:
+    assert {item.path for item in agent.login_files(host_home)} <= set(agent.login_paths)
+    assert agent.login_paths

@@ -14,7 +14,7 @@ from cloister_core.credentials import Method
 from tests.cli.agents.hosthome import leaked
 
 HOME = "/home/cloister"
-GATEWAY = "http://cloister-credentials:9997/gemini"
+GATEWAY = "http://cloister-guardian-credentials:9997/gemini"
 TOKEN = "cloister-token"
 RULES = "# rules\n"
 

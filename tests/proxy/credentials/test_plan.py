@@ -51,7 +51,7 @@ def sent_head(forward: Forward) -> tuple[str, list[tuple[str, str]]]:
 def test_claude_api_key_is_swapped_for_the_real_one() -> None:
     forward = decide(
         "POST /claude/v1/messages?beta=true HTTP/1.1\n"
-        "Host: cloister-credentials:9997\n"
+        "Host: cloister-guardian-credentials:9997\n"
         f"x-api-key: {TOKEN}\n"
         "anthropic-version: 2023-06-01\n"
         "Content-Length: 2\n"
@@ -86,14 +86,24 @@ def test_an_oauth_token_goes_as_a_bearer_and_the_client_authorization_is_dropped
 
 
 @pytest.mark.parametrize(
-    ("agent", "header", "expected"),
+    ("agent", "path", "header", "expected"),
     [
-        ("codex", f"Authorization: Bearer {TOKEN}", ("authorization", f"Bearer {REAL}")),
-        ("gemini", f"x-goog-api-key: {TOKEN}", ("x-goog-api-key", REAL)),
+        (
+            "codex",
+            "/v1/responses",
+            f"Authorization: Bearer {TOKEN}",
+            ("authorization", f"Bearer {REAL}"),
+        ),
+        (
+            "gemini",
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+            f"x-goog-api-key: {TOKEN}",
+            ("x-goog-api-key", REAL),
+        ),
     ],
 )
-def test_other_providers(agent: str, header: str, expected: tuple[str, str]) -> None:
-    forward = decide(f"POST /{agent}/v1/responses HTTP/1.1\nHost: x\n{header}\n\n")
+def test_other_providers(agent: str, path: str, header: str, expected: tuple[str, str]) -> None:
+    forward = decide(f"POST /{agent}{path} HTTP/1.1\nHost: x\n{header}\n\n")
     assert isinstance(forward, Forward)
     assert forward.provider.agent == agent
     assert expected in sent_head(forward)[1]
@@ -200,3 +210,97 @@ def test_upstream_authority_brackets_ipv6_and_omits_default_ports() -> None:
 def test_upstream_parse_refuses(url: str) -> None:
     with pytest.raises(ValueError, match="not an http"):
         Upstream.parse(url)
+
+
+@pytest.mark.parametrize("method", ["TRACE", "CONNECT", "OPTIONS", "PUT", "PATCH", "TRACK"])
+def test_only_the_methods_of_a_model_api_are_forwarded(method: str) -> None:
+    refusal = decide(f"{method} /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (405, "method")
+
+
+def test_a_get_with_a_body_is_refused() -> None:
+    refusal = decide(
+        f"GET /claude/v1/models HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\nContent-Length: 5\n"
+    )
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (400, "body")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/claude/../../tenant-b/v1/messages",
+        "/claude/v1/messages/..",
+        "/claude/%2e%2e/v1/messages",
+        "/claude/%2E./v1/messages",
+        "/claude//v1/messages",
+        "/claude/v1%2fmessages",
+        "/claude/v1\\messages",
+        "/claude/./v1/messages",
+    ],
+)
+def test_paths_that_could_climb_out_of_the_api_base_are_refused(path: str) -> None:
+    refusal = decide(f"POST {path} HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (403, "path")
+
+
+@pytest.mark.parametrize(
+    ("agent", "path"),
+    [
+        ("claude", "/v1/files"),
+        ("claude", "/v1/messages/batches"),
+        ("claude", "/api/oauth/claude_cli/create_api_key"),
+        ("codex", "/v1/realtime/client_secrets"),
+        ("codex", "/v1/organization/admin_api_keys"),
+        ("codex", "/v1/files"),
+        ("gemini", "/v1alpha/auth_tokens"),
+        ("gemini", "/v1beta/files"),
+        ("gemini", "/v1beta/tunedModels"),
+    ],
+)
+def test_only_the_model_api_is_forwarded(agent: str, path: str) -> None:
+    header = {"claude": "x-api-key", "codex": "Authorization", "gemini": "x-goog-api-key"}[agent]
+    value = f"Bearer {TOKEN}" if header == "Authorization" else TOKEN
+    refusal = decide(f"POST /{agent}{path} HTTP/1.1\nHost: x\n{header}: {value}\n")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (403, "path")
+    assert "model API" in refusal.message
+
+
+@pytest.mark.parametrize(
+    ("agent", "path"),
+    [
+        ("claude", "/v1/messages?beta=true"),
+        ("claude", "/v1/messages/count_tokens"),
+        ("claude", "/v1/models"),
+        ("claude", "/v1/models/claude-opus-4-1@20250805"),
+        ("codex", "/v1/responses"),
+        ("codex", "/v1/responses/compact"),
+        ("codex", "/v1/models?client_version=0.169.0"),
+        ("gemini", "/v1beta/models/gemini-2.5-flash-lite:generateContent"),
+        ("gemini", "/v1beta/models/gemini-2.5-pro:countTokens"),
+        ("gemini", "/v1beta/models"),
+    ],
+)
+def test_what_the_agents_call_is_forwarded(agent: str, path: str) -> None:
+    header = {"claude": "x-api-key", "codex": "Authorization", "gemini": "x-goog-api-key"}[agent]
+    value = f"Bearer {TOKEN}" if header == "Authorization" else TOKEN
+    assert isinstance(
+        decide(f"POST /{agent}{path} HTTP/1.1\nHost: x\n{header}: {value}\n"), Forward
+    )
+
+
+def test_the_framing_is_sent_as_parsed() -> None:
+    forward = decide(
+        f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n"
+        "Transfer-Encoding: Chunked\n"
+    )
+    assert isinstance(forward, Forward)
+    fields = sent_head(forward)[1]
+    assert ("Transfer-Encoding", "chunked") in fields
+    assert ("Transfer-Encoding", "Chunked") not in fields
+    empty = decide(f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n")
+    assert isinstance(empty, Forward)
+    assert ("Content-Length", "0") in sent_head(empty)[1]

@@ -261,3 +261,26 @@ def test_a_silent_client_is_dropped_after_the_header_timeout(
     with socket.create_connection(gateway.address, timeout=TIMEOUT) as sock:
         sock.sendall(b"POST /claude/v1/mess")
         assert sock.recv(1) == b""
+
+
+def test_upstream_connections_are_never_shared_between_cloisters(
+    gateway: GatewayHarness, upstream: HttpUpstream, token: TokenRecord
+) -> None:
+    other = gateway.add_token("web")
+    with httpx.Client(base_url=gateway.url, timeout=TIMEOUT) as client:
+        for key in (token.secret, other.secret, token.secret, other.secret):
+            response = client.post("/claude/v1/messages", headers={"x-api-key": key}, content=b"{}")
+            assert response.status_code == 200
+    assert upstream.server is not None
+    assert upstream.server.connections == 2  # one kept connection per cloister
+
+
+def test_trace_never_reaches_the_upstream(
+    gateway: GatewayHarness, upstream: HttpUpstream, token: TokenRecord
+) -> None:
+    response = httpx.request(
+        "TRACE", f"{gateway.url}/claude/v1/messages", headers={"x-api-key": token.secret}
+    )
+    assert response.status_code == 405
+    assert REAL_KEY not in response.text
+    assert upstream.received == []

@@ -16,7 +16,9 @@ merged onto it. Nothing on the host ever runs or follows what is in there.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import stat
 import tomllib
@@ -27,7 +29,7 @@ from typing import Any
 from docker.types import Mount
 
 from cloister_cli.agents import AGENTS, Agent, AgentSetupError, HomeFile, rules_text
-from cloister_cli.agents.base import deep_merge, json_file, toml_file
+from cloister_cli.agents.base import deep_merge, toml_file
 from cloister_cli.gitmounts import bind
 from cloister_core import beneath, credentials, stack
 from cloister_core.config.models import GlobalConfig, ProjectConfig
@@ -38,6 +40,8 @@ from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord
 
 MERGE_LIMIT = 16 * 1024 * 1024  # a state file larger than this is replaced, not merged
+MAX_DEPTH = 32  # a state file nested deeper than this is replaced, not merged
+GIT = ".git"
 NOT_SET_UP: Method = "api-key"  # an agent not set up still talks to the gateway, which says so
 
 
@@ -89,7 +93,12 @@ def write_home_file(root: Path, item: HomeFile) -> bool:
 
 
 def _merged(root: Path, item: HomeFile) -> bytes | None:
-    """*item* merged onto the file of the same name in *root*; None to replace it."""
+    """*item* merged onto the file of the same name in *root*; None to replace it.
+
+    The file there is the agent's: read bounded, parsed, refused when nested deeper
+    than a config file ever is, and written back compactly and bounded, so a planted
+    file can neither exhaust the host nor break the start.
+    """
     suffix = PurePosixPath(item.path).suffix
     if suffix not in (".json", ".toml"):
         return None
@@ -102,16 +111,69 @@ def _merged(root: Path, item: HomeFile) -> bytes | None:
             top: Any = json.loads(item.content)
         else:
             below, top = tomllib.loads(data.decode()), tomllib.loads(item.content.decode())
+        if not isinstance(below, dict) or not isinstance(top, dict) or _depth(below) > MAX_DEPTH:
+            return None
+        merged = deep_merge(below, top)
+        if suffix == ".json":
+            content = (json.dumps(merged, separators=(",", ":")) + "\n").encode()
+        else:
+            content = toml_file(item.path, merged, item.mode).content
     except (ValueError, RecursionError, UnicodeDecodeError):
-        return None  # broken: the forced file alone
-    if not isinstance(below, dict) or not isinstance(top, dict):
-        return None
-    merged = deep_merge(below, top)
-    write = json_file if suffix == ".json" else toml_file
-    try:
-        return write(item.path, merged, item.mode).content
-    except ValueError:  # a TOML value the writer does not know: the forced file alone
-        return None
+        return None  # broken (or a value the TOML writer does not know): the forced file
+    return content if len(content) <= MERGE_LIMIT else None
+
+
+def _depth(value: object, limit: int = MAX_DEPTH + 1) -> int:
+    """How deeply *value* nests (counting stops past *limit*), without recursion."""
+    deepest = 0
+    pending: list[tuple[object, int]] = [(value, 1)]
+    while pending:
+        node, level = pending.pop()
+        deepest = max(deepest, level)
+        if deepest > limit:
+            return deepest
+        if isinstance(node, dict):
+            pending.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            pending.extend((child, level + 1) for child in node)
+    return deepest
+
+
+def forget_logins(root: Path, agent: Agent) -> list[str]:
+    """Remove *agent*'s login files from its state directory; the names removed.
+
+    Run whenever its method is not existing-login: a real credential copied in earlier
+    (or one the human logged in with inside) must not outlive that choice.
+    """
+    removed = []
+    for relative in agent.login_paths:
+        with contextlib.suppress(OSError):
+            if beneath.unlink_regular(root, relative):
+                removed.append(relative)
+    return removed
+
+
+def disarm_repositories(root: Path, limit: int = 50_000) -> list[str]:
+    """Rename every ``.git`` below *root* to ``.git.disabled-by-cloister``; what was renamed.
+
+    A repository the agent plants in its state directory would run its code (its
+    fsmonitor, hooks) in the human's git-aware prompt or editor that opens the
+    directory. Walked without following links, at most *limit* entries.
+    """
+    renamed: list[str] = []
+    seen = 0
+    for directory, subdirectories, files in os.walk(root, followlinks=False):
+        seen += len(subdirectories) + len(files)
+        if seen > limit:
+            break
+        relative = Path(directory).relative_to(root)
+        if GIT in subdirectories or GIT in files:
+            subdirectories[:] = [name for name in subdirectories if name != GIT]
+            target = str(relative / GIT) if relative.parts else GIT
+            with contextlib.suppress(OSError), beneath.parent_of(root, target) as (fd, name):
+                os.rename(name, f"{GIT}.disabled-by-cloister", src_dir_fd=fd, dst_dir_fd=fd)
+                renamed.append(target)
+    return renamed
 
 
 def prepare(
@@ -194,6 +256,9 @@ def _prepare_one(
     )
     root = state_dir(paths, record.project, agent.name)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    disarm_repositories(root)
+    if method != "existing-login":
+        forget_logins(root, agent)
     for item in files:
         try:
             write_home_file(root, item)
@@ -211,10 +276,32 @@ def remove(paths: CloisterPaths, project: str) -> Path | None:
     if not directory.exists():
         return None
     try:
+        _make_writable(directory)
         shutil.rmtree(directory)  # never follows a link (the fd-based walk on Linux)
     except OSError as error:
         raise CloisterError(f"cannot delete {directory}: {error.strerror or error}") from None
     return directory
+
+
+def _make_writable(directory: Path) -> None:
+    """Every directory below *directory* 0700 (the agent may have made some read-only),
+    links never followed: nothing of the agent runs while its project is removed."""
+    for current, subdirectories, _ in os.walk(directory, followlinks=False):
+        for name in subdirectories:
+            path = Path(current) / name
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(path.lstat().st_mode):
+                    path.chmod(0o700)
+
+
+def disarm(paths: CloisterPaths, project: str) -> list[str]:
+    """:func:`disarm_repositories` in every agent state directory of *project*."""
+    found = []
+    for agent in AGENTS:
+        root = state_dir(paths, project, agent)
+        if root.is_dir() and not root.is_symlink():
+            found += [f"{agent}/{path}" for path in disarm_repositories(root)]
+    return found
 
 
 def attach_argv(name: str, config: GlobalConfig) -> list[str]:

@@ -52,6 +52,7 @@ class CloisterStartError(CloisterError):
 class StopResult(NamedTuple):
     stopped: bool  # there was a container or a token
     common_dir: Path | None  # the repository it worked in
+    project: str | None = None  # its project, when there was a container
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,8 @@ class Forbidden:
             Path("/var/run/docker.sock"), Path("/run/docker.sock"),
             home / ".ssh", home / ".aws", home / ".gnupg", home / ".config", home / ".local",
             home / ".docker", home / ".kube", home / ".netrc",
+            # the agents' own homes: logins, hooks and settings that run code
+            home / ".claude", home / ".claude.json", home / ".codex", home / ".gemini",
             paths.config_dir, paths.data_dir,
         )  # fmt: skip
         return cls(
@@ -333,12 +336,14 @@ def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> StopRe
     """Remove the container and its token."""
     container = find(client, name)
     common: Path | None = None
+    project: str | None = None
     if container is not None:
         label = container.labels.get(GIT_LABEL)
         common = Path(label) if label else None
+        project = container.labels.get(stack.LABEL_PROJECT) or None
         container.remove(force=True)
     token = remove_token_file(paths.tokens_dir, name)
-    return StopResult(container is not None or token, common)
+    return StopResult(container is not None or token, common, project)
 
 
 def repository_in_use(client: docker.DockerClient, common: Path) -> bool:

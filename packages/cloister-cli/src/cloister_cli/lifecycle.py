@@ -319,6 +319,8 @@ def stop(context: Context, name: str) -> StopOutcome:
     """Remove the cloister, revoke its token everywhere, and review what it left."""
     result = cloisters.stop(context.docker, context.paths, name)
     accounts.remove(context.paths, name)
+    if result.project is not None:
+        agentstate.disarm(context.paths, result.project)
     # The hub may be down or never have known it: the token file is gone either way.
     with contextlib.suppress(HubError):
         context.hub.revoke(name)

@@ -3,6 +3,12 @@
 The CLI renders the compose template with these values and gives cloisters the
 addresses below; the services take their default ports from here. Changing a name
 here changes it everywhere.
+
+Every name a cloister resolves on cloister-net is ``cloister-guardian`` or starts with
+``cloister-guardian-``: a cloister's own container (``cloister-<name>``) is a DNS name on
+that network too, and cloister names starting with ``guardian`` are refused
+(:data:`cloister_core.names.RESERVED_CLOISTER_PREFIX`), so no cloister can answer for a
+service and collect the others' tokens.
 """
 
 from __future__ import annotations
@@ -13,15 +19,16 @@ CLOISTER_NET = "cloister-net"  # internal: cloisters and the services they may r
 EGRESS_NET = "cloister-egress"  # to the internet: the proxy and the credential gateway
 CONTROL_NET = "cloister-control"  # the services among themselves and the approval hub
 
-PROXY_ALIAS = "cloister-proxy"  # on cloister-net
+PROXY_ALIAS = f"{PROJECT}-proxy"  # on cloister-net (also the container's name)
 PROXY_PORT = 3128
-HOSTEXEC_ALIAS = "cloister-guardian"  # the hostexec gateway, on cloister-net
+HOSTEXEC_ALIAS = PROJECT  # the hostexec gateway, on cloister-net
 HOSTEXEC_PORT = 9998
-CREDENTIALS_ALIAS = "cloister-credentials"  # the credential gateway, on cloister-net
+CREDENTIALS_ALIAS = f"{PROJECT}-credentials"  # the credential gateway, on cloister-net
 CREDENTIALS_PORT = 9997
 APPROVAL_PORT = 9999  # the hub, inside the stack (its host port is guardian.ui_port)
 
 SERVICES = ("proxy", "approval", "gateway", "credentials")
+ALIASES = (PROXY_ALIAS, HOSTEXEC_ALIAS, CREDENTIALS_ALIAS)  # what cloisters resolve
 
 LABEL_GUARDIAN = "org.cloister.guardian"
 LABEL_CLOISTER = "org.cloister.cloister"
@@ -37,5 +44,5 @@ def container(service: str) -> str:
 
 
 def credentials_url(agent_prefix: str) -> str:
-    """An agent's base URL on the credential gateway: ``http://cloister-credentials:9997/claude``."""
+    """An agent's base URL on the gateway: ``http://cloister-guardian-credentials:9997/claude``."""
     return f"http://{CREDENTIALS_ALIAS}:{CREDENTIALS_PORT}{agent_prefix}"

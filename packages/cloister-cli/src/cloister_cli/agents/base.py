@@ -93,6 +93,9 @@ class Agent(ABC):
     state_dir: ClassVar[str]  # relative to the home: ".claude"
     rules_file: ClassVar[str]  # relative to the state directory: "CLAUDE.md"
     method_help: ClassVar[Mapping[Method, str]]  # the methods it supports, explained
+    # Where its login files go in the state directory: removed there whenever the method
+    # is not existing-login (a real credential must not outlive that choice).
+    login_paths: ClassVar[tuple[str, ...]]
     # Variables only Cloister sets (the config home, base URLs, keys): refused in `extra`.
     reserved_env: ClassVar[frozenset[str]]
 
@@ -120,7 +123,7 @@ class Agent(ABC):
         """The agent's variables; *extra* (``agents.<name>.env``) last, never a reserved one.
 
         *gateway_url* is the agent's base URL on the credential gateway
-        (``http://cloister-credentials:9997/claude``) and *token* the cloister's token,
+        (``http://cloister-guardian-credentials:9997/claude``) and *token* the cloister's token,
         which the agent sends as its key; both are unused for ``existing-login``.
         """
         self.check_method(method)

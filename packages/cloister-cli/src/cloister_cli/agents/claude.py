@@ -97,6 +97,7 @@ class Claude(Agent):
             " possible on macOS, where the login is in the Keychain: use oauth-token."
         ),
     }
+    login_paths: ClassVar[tuple[str, ...]] = (".credentials.json",)
     reserved_env: ClassVar[frozenset[str]] = frozenset(
         {
             "CLAUDE_CONFIG_DIR",

@@ -85,6 +85,7 @@ class Codex(Agent):
             ' cli_auth_credentials_store = "keyring").'
         ),
     }
+    login_paths: ClassVar[tuple[str, ...]] = ("auth.json",)
     reserved_env: ClassVar[frozenset[str]] = frozenset(
         {"CODEX_HOME", "OPENAI_BASE_URL", KEY_VARIABLE, "CODEX_API_KEY", "CODEX_ACCESS_TOKEN"}
     )

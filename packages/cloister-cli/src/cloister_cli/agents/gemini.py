@@ -85,6 +85,7 @@ class Gemini(Agent):
             " use or leak them."
         ),
     }
+    login_paths: ClassVar[tuple[str, ...]] = ("oauth_creds.json", "google_accounts.json")
     reserved_env: ClassVar[frozenset[str]] = frozenset(
         {"GEMINI_CLI_HOME", "GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"}
     )

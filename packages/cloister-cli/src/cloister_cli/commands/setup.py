@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 import sys
+from typing import cast
 
 import click
 
+from cloister_cli.agents import AGENTS, Agent, AgentSetupError
 from cloister_cli.commands.output import console, note, print_json, warn
 from cloister_cli.lifecycle import Context
 from cloister_core import credentials
 from cloister_core.credentials import METHODS, PROVIDERS, CredentialError, Method
 
-# What each method means, shown before the question (the same for every agent).
-EXPLAINED: dict[Method, str] = {
-    "api-key": (
-        "an API key from the vendor's console. Stored on this machine (0600), read only by"
-        " the guardian's credential gateway, which puts it on each request on the way out:"
-        " the agent never holds it, so a prompt-injected agent has no key to leak."
-    ),
-    "oauth-token": (
-        "a long-lived OAuth token of your subscription (Claude: `claude setup-token`)."
-        " Kept like an API key: only the gateway sees it, never the agent."
-    ),
-    "existing-login": (
-        "the login you already have on this machine (the agent's OAuth files in your"
-        " home). They are copied into the cloister at each start so the agent can refresh"
-        " them: the agent then holds a real credential. The weaker choice."
-    ),
-}
 SECRET_PROMPT = {"api-key": "API key", "oauth-token": "OAuth token"}
+
+
+def _is_terminal() -> bool:
+    return sys.stdin.isatty()
 
 
 def _read_secret(method: Method, *, from_stdin: bool) -> str:
@@ -45,14 +34,15 @@ def _read_secret(method: Method, *, from_stdin: bool) -> str:
     return secret
 
 
-def _ask_method(agent: str) -> Method:
-    click.echo(f"How should {agent} log in?\n")
-    for number, method in enumerate(METHODS, 1):
-        click.echo(f"  {number}. {method}: {EXPLAINED[method]}\n")
-    answer = click.prompt(
-        "Method", type=click.Choice([*METHODS, *(str(n) for n in range(1, len(METHODS) + 1))])
-    )
-    return METHODS[int(answer) - 1] if answer.isdigit() else answer  # type: ignore[return-value]
+def _ask_method(agent: Agent) -> Method:
+    """The methods explained first, then the question (a number or a name)."""
+    methods = list(agent.method_help)
+    click.echo(f"How should {agent.title} log in?\n")
+    for number, method in enumerate(methods, 1):
+        click.echo(f"  {number}. {method}: {agent.method_help[method]}\n")
+    numbers = [str(number) for number in range(1, len(methods) + 1)]
+    answer = click.prompt("Method", type=click.Choice([*methods, *numbers]))
+    return methods[int(answer) - 1] if answer in numbers else cast(Method, answer)
 
 
 def _list(context: Context, as_json: bool) -> None:
@@ -126,23 +116,37 @@ def setup(
     _store(context, agent, method, secret_stdin=secret_stdin)
 
 
-def _store(context: Context, agent: str, method: Method | None, *, secret_stdin: bool) -> None:
+def _store(context: Context, name: str, method: Method | None, *, secret_stdin: bool) -> None:
+    agent = AGENTS[name]
     if method is None:
-        if secret_stdin or not sys.stdin.isatty():
+        if secret_stdin or not _is_terminal():
             raise click.UsageError("say --method when the input is not a terminal")
         method = _ask_method(agent)
+    try:
+        agent.check_method(method)
+    except AgentSetupError as error:
+        raise click.ClickException(str(error)) from None
     secret = None
     if method in credentials.GATEWAY_METHODS:
         secret = _read_secret(method, from_stdin=secret_stdin)
     elif secret_stdin:
         raise click.UsageError("existing-login takes no secret: it copies your login files")
     else:
-        warn(EXPLAINED["existing-login"])
+        try:  # refuse now what every start would refuse
+            agent.login_files(context.home)
+        except AgentSetupError as error:
+            raise click.ClickException(str(error)) from None
+        warn(agent.method_help[method])
     try:
-        path = credentials.store(context.paths, agent, method, secret)
+        path = credentials.store(context.paths, name, method, secret)
     except CredentialError as error:
         raise click.ClickException(str(error)) from None
-    click.echo(f"{agent}: {method} stored in {path}")
+    click.echo(f"{name}: {method} stored in {path}")
     if method in credentials.GATEWAY_METHODS:
-        base = context.config.agents.of(agent).api_base or PROVIDERS[agent].default_api_base
-        note(f"the credential gateway sends it to {base} (agents.{agent}.api_base)")
+        base = context.config.agents.of(name).api_base or PROVIDERS[name].default_api_base
+        note(f"the credential gateway sends it to {base} (agents.{name}.api_base)")
+    else:
+        note(
+            f"{agent.title} reaches its vendor through the proxy with your login; a domain"
+            " not allowed yet (a login refresh) is held for your approval"
+        )

@@ -11,6 +11,7 @@ an SDK shows to its user).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -23,7 +24,7 @@ from cloister_core.credentials import (
     provider_of,
 )
 from cloister_core.tokens import TokenRecord
-from cloister_proxy.http1 import RequestHead, render_head
+from cloister_proxy.http1 import FRAMING_FIELDS, RequestHead, render_head
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,11 @@ def _anthropic_type(status: int) -> str:
     )
 
 
+METHODS = frozenset({"GET", "HEAD", "POST", "DELETE"})  # not TRACE (echoes the key), CONNECT…
+# Dot segments, empty segments and backslashes, raw or percent-encoded (also an encoded
+# slash): a path that could climb out of api_base's own path on the way upstream.
+_UNSAFE_PATH = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)|//|\\|%2f|%5c", re.IGNORECASE)
+
 TokenLookup = Callable[[str], TokenRecord | None]
 CredentialLookup = Callable[[str], StoredCredential | None]
 
@@ -117,6 +123,18 @@ def plan(
     record = tokens(token) if token else None
     if record is None:
         return Refusal(401, "cloister: the key is not a cloister's token", "token")
+    if head.method not in METHODS:
+        return Refusal(405, f"cloister: {head.method} is not forwarded", "method", record)
+    if head.method in ("GET", "HEAD") and head.framing.kind != "none":
+        return Refusal(400, f"cloister: a {head.method} with a body", "body", record)
+    if _UNSAFE_PATH.search(path_only) or not provider.paths.fullmatch(rest):
+        return Refusal(
+            403,
+            f"cloister: {rest!r} is not part of the {provider.agent} model API that the"
+            " credential gateway forwards",
+            "path",
+            record,
+        )
     credential = credentials(provider.agent)
     if credential is None or credential.secret is None:
         return Refusal(
@@ -127,11 +145,20 @@ def plan(
             record,
         )
     upstream = Upstream.parse(api_bases.get(provider.agent) or provider.default_api_base)
-    dropped = {"host", *provider.token_headers, "x-api-key", "authorization"}
+    dropped = {"host", *provider.token_headers, "x-api-key", "authorization", *FRAMING_FIELDS}
     fields = [
         ("Host", upstream.authority),
         *head.headers.without_hop_by_hop(also=dropped),
+        *_framing(head),  # as parsed here, whatever spelling the client used
         *provider.upstream_headers(credential.method, credential.secret.get_secret_value()),
     ]
     request = render_head(f"{head.method} {upstream.base_path}{rest}{query} HTTP/1.1", fields)
     return Forward(provider, record, credential.method, upstream, request, rest)
+
+
+def _framing(head: RequestHead) -> list[tuple[str, str]]:
+    if head.framing.kind == "chunked":
+        return [("Transfer-Encoding", "chunked")]
+    if head.framing.kind == "length":
+        return [("Content-Length", str(head.framing.length))]
+    return [("Content-Length", "0")] if head.method in ("POST", "DELETE") else []

@@ -73,7 +73,9 @@ class CredentialGateway:
         self._state = state
         self._audit = audit
         self._report = report
-        self._pool: dict[tuple[str, str, int], list[Connection]] = {}
+        # Kept upstream connections, per upstream *and cloister*: a response that an
+        # upstream bug leaves on a connection can only ever reach the same cloister.
+        self._pool: dict[tuple[str, tuple[str, str, int]], list[Connection]] = {}
         self._tls = ssl.create_default_context()
         self.address: tuple[str, int] | None = None
 
@@ -240,7 +242,8 @@ class CredentialGateway:
         buffer: bytearray,
     ) -> tuple[int, int, int, bool]:
         """Relay one exchange; (status, bytes up, bytes down, client may keep alive)."""
-        connection = await self._connection(forward.upstream)
+        pool_key = (forward.record.cloister, forward.upstream.key)
+        connection = await self._connection(pool_key, forward.upstream)
         reusable = False
         try:
             connection.writer.write(forward.head)
@@ -251,7 +254,7 @@ class CredentialGateway:
             connection.close()
             raise
         if reusable:
-            self._give_back(forward.upstream, connection)
+            self._give_back(pool_key, connection)
         else:
             connection.close()
         return status, sent, received, reusable
@@ -323,9 +326,11 @@ class CredentialGateway:
                     return response.status, received, False
                 raise HttpError(502, "the upstream closed the connection mid-body")
 
-    async def _connection(self, upstream: Upstream) -> Connection:
+    async def _connection(
+        self, pool_key: tuple[str, tuple[str, str, int]], upstream: Upstream
+    ) -> Connection:
         """A kept connection to *upstream* that is still open, or a new one."""
-        pool = self._pool.get(upstream.key, [])
+        pool = self._pool.get(pool_key, [])
         idle = self._settings.idle_timeout.total_seconds()
         while pool:
             connection = pool.pop()
@@ -335,8 +340,10 @@ class CredentialGateway:
             connection.close()
         return await self._dial(upstream)
 
-    def _give_back(self, upstream: Upstream, connection: Connection) -> None:
-        pool = self._pool.setdefault(upstream.key, [])
+    def _give_back(
+        self, pool_key: tuple[str, tuple[str, str, int]], connection: Connection
+    ) -> None:
+        pool = self._pool.setdefault(pool_key, [])
         if len(pool) >= POOL_PER_UPSTREAM:
             connection.close()
             return

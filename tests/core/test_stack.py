@@ -1,0 +1,23 @@
+"""The stack's names: nothing a cloister resolves may be a name a cloister can take."""
+
+from __future__ import annotations
+
+import pytest
+
+from cloister_core import stack
+from cloister_core.errors import CloisterNameError
+from cloister_core.names import CONTAINER_PREFIX, validate_cloister_name
+
+
+@pytest.mark.parametrize("alias", [*stack.ALIASES, *map(stack.container, stack.SERVICES)])
+def test_no_cloister_can_be_named_like_a_service(alias: str) -> None:
+    # A cloister's container, cloister-<name>, is a DNS name on cloister-net: a project
+    # called "proxy" must not answer for the proxy (and collect every cloister's token).
+    assert alias.startswith(CONTAINER_PREFIX)
+    with pytest.raises(CloisterNameError, match="reserved"):
+        validate_cloister_name(alias.removeprefix(CONTAINER_PREFIX))
+
+
+def test_addresses() -> None:
+    assert stack.credentials_url("/claude") == "http://cloister-guardian-credentials:9997/claude"
+    assert stack.container("proxy") == stack.PROXY_ALIAS
