@@ -442,6 +442,12 @@ def test_container_is_hardened_as_configured(
         "/work/.git/branches": (str(gitdir / "branches"), False),
         "/work/.gitmodules": (str(repo.resolve() / ".gitmodules"), False),
         f"/refs/{reference.name}": (str(reference.resolve()), False),
+        # the host user's account (read-only), and each agent's state (the agent's)
+        "/etc/passwd": (str(cli.data_dir / "accounts" / name / "passwd"), False),
+        "/etc/group": (str(cli.data_dir / "accounts" / name / "group"), False),
+        "/home/cloister/.claude": (str(cli.data_dir / "agents" / name / "claude"), True),
+        "/home/cloister/.codex": (str(cli.data_dir / "agents" / name / "codex"), True),
+        "/home/cloister/.gemini": (str(cli.data_dir / "agents" / name / "gemini"), True),
     }
     everything = [*(host.get("Binds") or []), *(str(m) for m in document["Mounts"])]
     assert not [entry for entry in everything if "docker.sock" in entry]
@@ -509,7 +515,7 @@ def test_host_services_are_unreachable(
     assert host_listener.peers == before, (targets, result.describe())
 
     # ...while the proxy on the same network is reachable (the probe itself works).
-    exec_ok(name, "timeout 4 bash -c 'exec 3<>/dev/tcp/cloister-proxy/3128'")
+    exec_ok(name, "timeout 4 bash -c 'exec 3<>/dev/tcp/cloister-guardian-proxy/3128'")
 
 
 # --- 7. git's code-running files are out of reach --------------------------------------------
