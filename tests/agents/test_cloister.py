@@ -15,6 +15,8 @@ on the host (the stored credential is the one file that may hold it).
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import secrets
 import subprocess
 import tomllib
@@ -231,10 +233,14 @@ def test_claude_code_runs_unattended_and_never_holds_the_key(stack: Stack) -> No
         for entry in messages:
             assert entry["headers"]["x-api-key"] == KEY  # the real key reached the API
             assert "authorization" not in entry["headers"]
-        # The agent got the rules, and the uid a name (whoami works as any uid).
-        rules = exec_in(name, 'cat "$CLAUDE_CONFIG_DIR/CLAUDE.md"; whoami; echo "$HOME"')
+        # The agent got the rules, and the uid a name whose home is the cloister's.
+        rules = exec_in(name, 'cat "$CLAUDE_CONFIG_DIR/CLAUDE.md"')
         assert "Working in a cloister" in rules.stdout
-        assert rules.stdout.splitlines()[-1] == "/home/cloister"
+        account = exec_in(name, 'whoami && getent passwd "$(id -u)" | cut -d: -f6')
+        assert account.returncode == 0, account.describe()
+        user, home = account.stdout.split()
+        assert user == pwd.getpwuid(os.getuid()).pw_name  # the host user's name
+        assert home == ("/root" if os.getuid() == 0 else "/home/cloister")
         no_key_anywhere(stack, name, [KEY])
         audit = [
             json.loads(line)
