@@ -106,3 +106,10 @@ def test_client_token_reads_each_providers_headers() -> None:
     assert client_token(claude, {"authorization": "Bearer t2"}) == "t2"
     assert client_token(PROVIDERS["codex"], {"x-api-key": "t1"}) is None
     assert client_token(PROVIDERS["gemini"], {"x-goog-api-key": "t3"}) == "t3"
+
+
+def test_secrets_are_never_stored_where_every_service_can_read_them(tmp_path: Path) -> None:
+    inside = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "config" / "data")
+    with pytest.raises(CredentialError, match="inside the config directory"):
+        store(inside, "claude", "api-key", "k")
+    assert not (tmp_path / "config" / "data" / "credentials").exists()

@@ -153,6 +153,13 @@ def store(paths: CloisterPaths, agent: str, method: Method, secret: str | None) 
     """Write the credential of *agent* (0600, directory 0700); the secret is never logged."""
     if method in GATEWAY_METHODS and not secret:
         raise CredentialError(f"the {method} method needs a secret")
+    directory = credentials_dir(paths)
+    if directory.resolve().is_relative_to(paths.config_dir.resolve()):
+        # every guardian service mounts the config directory
+        raise CredentialError(
+            f"{directory} is inside the config directory {paths.config_dir}, which every"
+            " guardian service can read: set CLOISTER_DATA_DIR elsewhere"
+        )
     record = StoredCredential(
         agent=agent,
         method=method,
