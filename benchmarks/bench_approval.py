@@ -43,8 +43,11 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, sync_playwright
 
+from cloister_core.hubauth import login_url
+
 TARGET_MS = 100.0
 CREDENTIAL = "bench-service-credential"
+HUB_SECRET = "bench-hub-secret"  # noqa: S105 - the throwaway hub of this run
 CHROMIUM = os.environ.get("CLOISTER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -83,6 +86,7 @@ def hub_process(root: Path, port: int, timeout_seconds: int) -> Iterator[str]:
         "CLOISTER_APPROVAL_PORT": str(port),
         "CLOISTER_APPROVAL_PUBLIC_HOSTS": json.dumps([f"127.0.0.1:{port}"]),
         "CLOISTER_APPROVAL_SERVICE_CREDENTIAL": CREDENTIAL,
+        "CLOISTER_APPROVAL_HUB_SECRET": HUB_SECRET,
         "CLOISTER_APPROVAL_DOMAIN_TIMEOUT": f"{timeout_seconds}s",
         "CLOISTER_APPROVAL_MAX_PENDING": "5000",
     }
@@ -197,12 +201,14 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
         submitter = Submitter(base_url, concurrency=options.backlog)
-        human = httpx.Client(base_url=base_url, timeout=30)
+        human = httpx.Client(
+            base_url=base_url, headers={"Authorization": f"Bearer {HUB_SECRET}"}, timeout=30
+        )
         try:
             context = browser.new_context(base_url=base_url)
             context.add_init_script(RECORDER)
             page = context.new_page()
-            page.goto("/")
+            page.goto(login_url(base_url, HUB_SECRET, now=time.time()))  # lands on /
             page.wait_for_selector("body[data-live=true]")
 
             latencies = measure(

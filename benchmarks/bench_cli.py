@@ -29,36 +29,22 @@ import argparse
 import json
 import os
 import secrets
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchsupport import BenchError, executable, summary
 
 GUARDIAN_TARGET_SECONDS = 15.0
 START_TARGET_SECONDS = 1.5
 EXEC_DEADLINE_SECONDS = 30.0
 BUILD_TIMEOUT_SECONDS = 1800.0
 COMMAND_TIMEOUT_SECONDS = 300.0
-
-
-class BenchError(RuntimeError):
-    """A command the benchmark relies on failed."""
-
-
-def executable(name: str) -> str:
-    candidate = Path(sys.executable).parent / name
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which(name)
-    if found is None:
-        raise BenchError(f"no {name!r} on PATH (run through `uv run`)")
-    return found
 
 
 @dataclass
@@ -124,17 +110,6 @@ def make_repo(path: Path) -> None:
         ["commit", "--quiet", "--allow-empty", "-m", "initial commit"],
     ):
         subprocess.run([git, "-C", str(path), *args], check=True, capture_output=True)
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, max(0, round(0.9 * len(ordered)) - 1))]
-    return {
-        "median": statistics.median(ordered),
-        "p90": p90,
-        "min": ordered[0],
-        "max": ordered[-1],
-    }
 
 
 def bench_guardian_start(cli: Cli, runs: int) -> dict[str, Any]:

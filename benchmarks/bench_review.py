@@ -19,15 +19,14 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchsupport import BenchError, summary
 from cloister_cli.review import ReviewTarget, review
 from cloister_core.gitsafety import git_environment
 
@@ -48,10 +47,6 @@ CODE_RUNNING_CONFIGS: tuple[tuple[str, str], ...] = (
     ("filter.lfs.smudge", "git-lfs smudge %f"),
     ("credential.helper", "store"),
 )
-
-
-class BenchError(RuntimeError):
-    """A command the benchmark relies on failed."""
 
 
 def git(directory: Path, *args: str) -> None:
@@ -105,17 +100,6 @@ def count_directories(project: Path) -> int:
         names[:] = [name for name in names if name != ".git"]
         count += len(names)
     return count
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, max(0, round(0.9 * len(ordered)) - 1))]
-    return {
-        "median": statistics.median(ordered),
-        "p90": p90,
-        "min": ordered[0],
-        "max": ordered[-1],
-    }
 
 
 def bench(project: Path, runs: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import SecretStr
 from starlette.applications import Starlette
@@ -17,7 +18,9 @@ from cloister_approval.app import create_app
 from cloister_approval.settings import ApprovalSettings
 
 CREDENTIAL = "service-credential-for-tests"
+HUB_SECRET = "hub-secret-for-tests-0123456789abcdef"
 UI = "http://127.0.0.1:9999"
+HUMAN_HEADERS = {"Authorization": f"Bearer {HUB_SECRET}"}
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> ApprovalSettings:
@@ -25,6 +28,7 @@ def make_settings(tmp_path: Path, **overrides: Any) -> ApprovalSettings:
         "config_dir": tmp_path / "config",
         "data_dir": tmp_path / "data",
         "service_credential": SecretStr(CREDENTIAL),
+        "hub_secret": SecretStr(HUB_SECRET),
         "audit_log": tmp_path / "audit.log",
     }
     return ApprovalSettings(**(values | overrides))
@@ -44,7 +48,14 @@ def app(settings: ApprovalSettings) -> Starlette:
 
 @pytest.fixture
 def client(app: Starlette) -> Iterator[TestClient]:
-    """The human's browser or CLI: the UI's own Host."""
+    """The human's CLI: the UI's own Host, and the hub secret."""
+    with TestClient(app, base_url=UI, headers=HUMAN_HEADERS) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def anonymous(app: Starlette) -> Iterator[TestClient]:
+    """Anyone else on the machine: the UI's own Host, no secret, no cookie."""
     with TestClient(app, base_url=UI) as test_client:
         yield test_client
 
@@ -105,6 +116,10 @@ class LiveHub:
         self._thread = threading.Thread(target=self.server.run, daemon=True)
         self._thread.start()
         wait_for(lambda: self.server.started)
+
+    def human(self, **options: Any) -> httpx.Client:
+        """An HTTP client for the human's API: the hub secret in every request."""
+        return httpx.Client(base_url=self.url, headers=HUMAN_HEADERS, **options)
 
     def stop(self) -> None:
         self.server.should_exit = True

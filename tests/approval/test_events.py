@@ -22,7 +22,7 @@ def events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def test_stream_carries_items_with_rendered_html_and_decisions(live_hub: LiveHub) -> None:
     with (
-        httpx.Client(base_url=live_hub.url, timeout=10) as client,
+        live_hub.human(timeout=10) as client,
         client.stream("GET", "/api/v1/events") as stream,
     ):
         assert stream.headers["content-type"].startswith("text/event-stream")

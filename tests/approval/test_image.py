@@ -50,6 +50,7 @@ def test_hub_container(
     config.chmod(0o777)  # the hub (uid 10001) writes decisions below it
     port = free_port()
     credential = secrets.token_hex(16)
+    hub_secret = secrets.token_hex(32)
     container = docker_client.containers.run(
         approval_image,
         detach=True,
@@ -59,6 +60,7 @@ def test_hub_container(
         environment={
             "CLOISTER_APPROVAL_PUBLIC_HOSTS": json.dumps([f"127.0.0.1:{port}"]),
             "CLOISTER_APPROVAL_SERVICE_CREDENTIAL": credential,
+            "CLOISTER_APPROVAL_HUB_SECRET": hub_secret,
         },
     )
     try:
@@ -73,7 +75,15 @@ def test_hub_container(
         assert isinstance(uid, bytes)
         assert uid.strip() == b"10001"
         url = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=url, timeout=10) as client:
+        with httpx.Client(base_url=url, timeout=10) as anyone:
+            # Only the human: the hub secret (or the browser's cookie), health aside.
+            refused = anyone.get("/")
+            assert refused.status_code == 401
+            assert refused.headers["x-frame-options"] == "DENY"
+            assert anyone.get("/api/v1/pending").status_code == 401
+            assert anyone.get("/api/v1/health").status_code == 200
+        human = {"Authorization": f"Bearer {hub_secret}"}
+        with httpx.Client(base_url=url, headers=human, timeout=10) as client:
             assert client.get("/").status_code == 200
             assert client.get("/", headers={"Host": "evil.example"}).status_code == 403
             held = client.post(
@@ -88,6 +98,10 @@ def test_hub_container(
         assert image["Healthcheck"]["Test"][:4] == [
             "CMD", "python3", "/opt/cloister/healthcheck.py", "/api/v1/health"
         ]  # fmt: skip
+        # It says where it is; it made no secret of its own (it was given one).
+        stderr = container.logs(stdout=False, stderr=True).decode()
+        assert f"cloister-approval: http://127.0.0.1:{port}/" in stderr, stderr
+        assert "log in" not in stderr
         logs = container.logs(stderr=False).decode().splitlines()
         events = [json.loads(line)["event"] for line in logs if line.startswith("{")]
         assert events == ["approval.domain.requested", "approval.domain.expired"]

@@ -49,3 +49,16 @@ def test_schemas_resolve(client: TestClient) -> None:
     assert decision["additionalProperties"] is False
     service = document["paths"]["/api/v1/service/domains"]["post"]
     assert service["security"] == [{"service": []}]
+
+
+def test_security_is_described(client: TestClient) -> None:
+    document = client.get("/api/v1/openapi.json").json()
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["hub"] == {"type": "http", "scheme": "bearer", "description": "the hub secret"}
+    assert schemes["browser"]["in"] == "cookie"
+    paths = document["paths"]
+    assert paths["/api/v1/health"]["get"]["security"] == []
+    pending = paths["/api/v1/pending"]["get"]
+    assert pending["security"] == [{"hub": []}, {"browser": []}]
+    assert "401" in pending["responses"]
+    assert not [path for path in paths if path.startswith("/api/v1/tokens")]

@@ -1,16 +1,23 @@
-"""DNS rebinding, CSRF and CORS from a browser tab; credentials for the service API."""
+"""DNS rebinding, CSRF and CORS from a browser tab; credentials for the service API.
+
+Who the human is (the hub secret, the browser login) and the headers every response
+carries are in ``test_auth.py`` and ``test_headers.py``.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from cloister_approval.app import create_app
-from tests.approval.conftest import CREDENTIAL, UI, make_settings
+from tests.approval.conftest import CREDENTIAL, HUB_SECRET, HUMAN_HEADERS, UI, make_settings
 
-ROUTES = ["/", "/api/v1/pending", "/api/v1/decisions", "/api/v1/tokens", "/api/v1/openapi.json"]
+ROUTES = ["/", "/api/v1/pending", "/api/v1/decisions", "/api/v1/health", "/api/v1/openapi.json"]
 
 
 @pytest.mark.parametrize("path", ROUTES)
@@ -42,8 +49,7 @@ def test_cross_origin_state_changes_are_refused(
     for method, path in [
         ("POST", "/api/v1/domains/x/decision"),
         ("POST", "/api/v1/decisions/x/undo"),
-        ("POST", "/api/v1/tokens"),
-        ("DELETE", "/api/v1/tokens/api"),
+        ("POST", "/api/v1/commands/x/decision"),
     ]:
         response = client.request(method, path, json={}, headers=headers)
         assert response.status_code == 403, (method, path)
@@ -60,7 +66,7 @@ def test_no_cors_headers_ever(client: TestClient) -> None:
     assert response.status_code == 200  # a GET is read-only; the browser still may not read it
     assert not [h for h in response.headers if h.lower().startswith("access-control-")]
     preflight = client.options(
-        "/api/v1/tokens",
+        "/api/v1/pending",
         headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
     )
     assert not [h for h in preflight.headers if h.lower().startswith("access-control-")]
@@ -101,7 +107,7 @@ def test_service_api_is_reached_by_its_network_name(client: TestClient) -> None:
 def test_service_api_disabled_without_a_credential(tmp_path: Path) -> None:
     (tmp_path / "config").mkdir()
     app = create_app(make_settings(tmp_path, service_credential=None))
-    with TestClient(app, base_url=UI) as client:
+    with TestClient(app, base_url=UI, headers=HUMAN_HEADERS) as client:
         response = client.post(
             "/api/v1/service/domains",
             json={"cloister": "a", "project": "a", "host": "x.test", "port": 443},
@@ -117,3 +123,99 @@ def test_credential_from_a_file(tmp_path: Path) -> None:
     secret.write_text("from-file\n", encoding="utf-8")
     settings = make_settings(tmp_path, service_credential=None, service_credential_file=secret)
     assert settings.credential() == "from-file"
+
+
+# -- the human: the hub secret or the browser cookie -------------------------------------
+
+OPEN = {("GET", "/api/v1/health"), ("HEAD", "/api/v1/health"), ("GET", "/login")}
+
+
+def every_route(app: Starlette) -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves to the human, static files included.
+
+    The service routes keep their own credential (tested above and below)."""
+    found = [("GET", "/static/app.js"), ("GET", "/static/app.css"), ("GET", "/no-such-page")]
+    for route in app.routes:
+        if not isinstance(route, Route) or route.path.startswith("/api/v1/service/"):
+            continue
+        path = re.sub(r"\{[^}]+\}", "x", route.path)
+        found += [(method, path) for method in sorted(route.methods or ())]
+    return found
+
+
+def test_every_route_is_listed(app: Starlette) -> None:
+    routes = every_route(app)
+    assert ("POST", "/api/v1/domains/x/decision") in routes
+    assert ("GET", "/fragments/pending") in routes
+    assert ("GET", "/api/v1/events") in routes
+    assert not [path for _, path in routes if "tokens" in path]  # no second registry
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Bearer {HUB_SECRET}x"},
+        {"Authorization": f"Basic {HUB_SECRET}"},
+        {"Authorization": f"Bearer {CREDENTIAL}"},  # the services' credential is not the human's
+        {"Cookie": "cloister_hub_9999=4102444800.0000"},
+        {"Host": "approval:9999"},  # a container on the control network
+        {"Host": "172.18.0.3:9999"},
+    ],
+    ids=["nothing", "wrong", "longer", "basic", "service", "forged-cookie", "net-name", "net-ip"],
+)
+def test_every_route_but_health_needs_the_human(
+    app: Starlette, anonymous: TestClient, headers: dict[str, str]
+) -> None:
+    for method, path in every_route(app):
+        if (method, path) in OPEN:
+            continue
+        response = anonymous.request(method, path, headers=headers)
+        assert response.status_code == 401, (method, path, response.text)
+        assert response.headers["www-authenticate"] == 'Bearer realm="cloister-hub"'
+        if method == "HEAD":
+            continue  # no body
+        if path.startswith("/api/"):
+            assert "not logged in" in response.json()["error"]
+            assert "cloister guardian open" in response.json()["error"]
+        else:
+            assert response.headers["content-type"].startswith("text/html")
+            assert "cloister guardian open" in response.text
+
+
+def test_with_the_secret_every_route_is_reached(app: Starlette, client: TestClient) -> None:
+    for method, path in every_route(app):
+        if path in ("/api/v1/events", "/login"):
+            continue  # a stream that never ends; a login needs its ticket (test_login.py)
+        response = client.request(method, path, json={})
+        assert response.status_code not in (401, 403), (method, path, response.text)
+    assert client.get("/").status_code == 200
+    assert client.get("/api/v1/pending").status_code == 200
+    assert client.get("/static/app.js").status_code == 200
+
+
+def test_health_is_open_and_says_nothing_else(anonymous: TestClient) -> None:
+    response = anonymous.get("/api/v1/health")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "pending": 0}
+    # Open to the stack's readiness check, still only under the hub's own names.
+    assert anonymous.get("/api/v1/health", headers={"Host": "evil.example"}).status_code == 403
+
+
+def test_service_routes_keep_their_own_credential(anonymous: TestClient) -> None:
+    body = {"cloister": "a", "project": "a", "host": "x.test", "port": 443, "wait_seconds": 0.05}
+    human = anonymous.post(
+        "/api/v1/service/domains", json=body, headers={"Authorization": f"Bearer {HUB_SECRET}"}
+    )
+    assert human.status_code == 401  # the human's secret is not the services'
+    service = anonymous.post(
+        "/api/v1/service/domains", json=body, headers={"Authorization": f"Bearer {CREDENTIAL}"}
+    )
+    assert service.json()["action"] == "timeout"
+
+
+def test_an_app_without_a_hub_secret_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    with pytest.raises(ValueError, match="no hub secret"):
+        create_app(make_settings(tmp_path, hub_secret=None))

@@ -33,8 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
+import httpx
 import pytest
 
+from cloister_core import stack
+from cloister_core.decisions import DecisionStore
+from cloister_core.paths import CloisterPaths
 from tests.ci.test_docker_network import KNOWN_LINE, HostListener, host_primary_ipv4
 from tests.cli.cli_support import (
     CONNECT_ACCEPTED,
@@ -81,7 +85,7 @@ hostexec:
     - pattern: "^echo( .*)?$"
 """
 SERVICES = {"proxy", "approval", "gateway", "credentials"}
-TOKEN_KEYS = {"token", "cloister", "project", "branch", "path", "created_at"}
+TOKEN_KEYS = {"token", "cloister", "project", "branch", "path", "created_at", "address"}
 
 
 # --- fixtures ----------------------------------------------------------------------------
@@ -353,6 +357,17 @@ def test_worktree_of_an_existing_branch(
 # --- 3. stop revokes the token at once ------------------------------------------------------
 
 
+def gateway_status(name: str, token: str) -> str:
+    """The HTTP status of ``hostexec echo hi`` sent from cloister *name* with *token*."""
+    script = (
+        "curl --silent --output /dev/null --max-time 10 --write-out '%{http_code}'"
+        f" --noproxy '*' -H 'X-Cloister-Token: {token}' -H 'Content-Type: application/json'"
+        """ --data '{"args": ["echo", "hi"]}'"""
+        ' "http://$CLOISTER_GUARDIAN_HOST:$CLOISTER_REQUEST_PORT/request"'
+    )
+    return exec_in(name, script).stdout.strip()
+
+
 def test_stop_revokes_the_token_at_once(
     cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
 ) -> None:
@@ -363,13 +378,20 @@ def test_stop_revokes_the_token_at_once(
     token = cli.token(victim)
 
     assert connect_status(victim) == CONNECT_ACCEPTED
-    assert connect_status(prober, token) == CONNECT_ACCEPTED  # any client with the token
+    # A token is good only from its own cloister's address: a stolen one is refused.
+    assert connect_status(prober, token) == CONNECT_REFUSED
     assert connect_status(prober, "0" * 64) == CONNECT_REFUSED
+    # The same at the hostexec gateway: 401 with the victim's token, 200 with its own.
+    assert gateway_status(prober, token) == "401"
+    assert gateway_status(prober, cli.token(prober)) == "200"
+    paths = CloisterPaths(config_dir=cli.config_dir, data_dir=cli.data_dir)
+    DecisionStore(paths).add_command("session", "git push", victim)
 
     cli.ok("stop", victim)
-    # Right after `cloister stop` returned: no waiting, no retry.
-    assert connect_status(prober, token) == CONNECT_REFUSED
+    # Right after `cloister stop` returned: no waiting, no retry (the services read the
+    # token directory on every request).
     assert not cli.token_file(victim).exists()
+    assert not paths.session_decisions(victim).exists()  # its session decisions go too
     assert connect_status(prober) == CONNECT_ACCEPTED  # the other cloister is unaffected
 
 
@@ -474,6 +496,9 @@ def test_container_is_hardened_as_configured(
     assert record["cloister"] == name
     assert record["project"] == name
     assert record["path"] == str(root)
+    # Bound to the container's own address on cloister-net (the services check it).
+    networks = inspect(name)["NetworkSettings"]["Networks"]
+    assert record["address"] == networks[stack.CLOISTER_NET]["IPAddress"]
 
 
 # --- 6. the host is out of reach ------------------------------------------------------------
@@ -639,6 +664,71 @@ def test_guardian_status_and_idempotent_start(cli: CloisterCli) -> None:
 
 def test_approvals_list_json(cli: CloisterCli) -> None:
     assert cli.json("approvals", "list", "--json") == {"domains": [], "commands": []}
+
+
+HUB_PROBE = """
+import json, sys, urllib.error, urllib.request
+answers = {}
+for host in ("approval:9999", "127.0.0.1:9999"):
+    for path in ("/api/v1/pending", "/", "/api/v1/health"):
+        request = urllib.request.Request("http://approval:9999" + path, headers={"Host": host})
+        try:
+            status = urllib.request.urlopen(request, timeout=5).status
+        except urllib.error.HTTPError as error:
+            status = error.code
+        answers[host + path] = status
+print(json.dumps(answers))
+"""
+
+
+def test_the_hub_answers_only_its_human(
+    cli: CloisterCli, docker_client: docker.DockerClient
+) -> None:
+    """Issue 11: without the hub secret every route but health is a 401, from the host
+    and from a container on the control network; the CLI and a browser logged in by
+    `cloister guardian open` get in; every answer forbids framing."""
+    ui = "http://127.0.0.1:9999"
+    secret_file = cli.data_dir / "guardian" / "hub.secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    secret = secret_file.read_text(encoding="utf-8").strip()
+    with httpx.Client(base_url=ui, timeout=10) as anyone:
+        for path in ("/", "/api/v1/pending", "/api/v1/decisions", "/static/app.js"):
+            response = anyone.get(path)
+            assert response.status_code == 401, (path, response.text)
+            assert response.headers["x-frame-options"] == "DENY"
+            assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+        assert anyone.get("/api/v1/health").status_code == 200
+        human = {"Authorization": f"Bearer {secret}"}
+        assert anyone.get("/api/v1/pending", headers=human).status_code == 200
+
+    # A container on the control network (where the proxy and the gateway are).
+    output = docker_client.containers.run(
+        "cloister-approval:latest",
+        entrypoint=["python3", "-c", HUB_PROBE],
+        network="cloister-control",
+        labels={"org.cloister.test": "tests/cli/test_acceptance.py"},
+        remove=True,
+    )
+    answers = json.loads(output)
+    assert answers == {
+        "approval:9999/api/v1/pending": 401,
+        "approval:9999/": 401,
+        "approval:9999/api/v1/health": 403,  # open, but only under the hub's own names
+        "127.0.0.1:9999/api/v1/pending": 401,
+        "127.0.0.1:9999/": 401,
+        "127.0.0.1:9999/api/v1/health": 200,
+    }, answers
+
+    # The browser's way in: a one-time URL, then the cookie.
+    url = cli.ok("guardian", "open", "--no-browser").stdout.strip()
+    assert url.startswith(f"{ui}/login?ticket="), url
+    with httpx.Client(timeout=10, follow_redirects=True) as browser:
+        page = browser.get(url)
+        assert page.status_code == 200
+        assert "<title>Cloister approvals</title>" in page.text
+        assert browser.get(f"{ui}/api/v1/pending").status_code == 200
+    with httpx.Client(timeout=10) as replay:
+        assert replay.get(url).status_code == 401  # one time only
 
 
 # --- the host's own git must never run what an agent planted --------------------------------

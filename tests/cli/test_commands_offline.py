@@ -107,9 +107,9 @@ def test_project_list_when_there_are_none(env: dict[str, str]) -> None:
     result = run(env, "project", "list", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == []
-    table = run(env, "project", "list")
-    assert table.exit_code == 0
-    assert "name" in table.output
+    told = run(env, "project", "list")
+    assert told.exit_code == 0
+    assert told.output == "no projects yet: `cloister start` in a repository registers one\n"
 
 
 def test_project_list(env: dict[str, str], paths: CloisterPaths, tmp_path: Path) -> None:
@@ -254,6 +254,9 @@ def test_worktree_list_on_an_empty_data_dir(env: dict[str, str], paths: Cloister
     result = run(env, "worktree", "list", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == []
+    told = run(env, "worktree", "list")
+    assert told.exit_code == 0
+    assert told.output == "no worktrees: `cloister start -b BRANCH` in a repository makes one\n"
     assert not paths.data_dir.exists()
 
 
@@ -278,6 +281,9 @@ def test_worktree_list(env: dict[str, str], worktree: tuple[Path, Path]) -> None
         {**row, "dirty": True}
     ]
     assert json.loads(run(env, "worktree", "list", "other", "--json").output) == []
+    assert run(env, "worktree", "list", "other").output.startswith("no worktrees of other: ")
+    table = run(env, "worktree", "list")
+    assert "feature/login" in table.output
 
 
 @pytest.mark.usefixtures("engine")
@@ -368,6 +374,7 @@ def test_approvals_with_the_hub_down(env: dict[str, str], paths: CloisterPaths) 
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     write(paths.config_file, f"guardian:\n  ui_port: {port}\n")
+    write(paths.guardian_dir / "hub.secret", "0" * 64 + "\n")  # as `guardian start` leaves it
     result = run(env, "approvals", "list")
     assert result.exit_code == 1, result.output
     assert result.output.startswith(f"Error: the approval hub at http://127.0.0.1:{port} is not")

@@ -17,7 +17,13 @@ import docker.errors
 import pytest
 from ruamel.yaml import YAML
 
-from cloister_cli.guardian import Guardian, GuardianError, GuardianStatus, ServiceStatus
+from cloister_cli.guardian import (
+    Guardian,
+    GuardianError,
+    GuardianStatus,
+    ServiceStatus,
+    port_taken,
+)
 from cloister_core.config.models import GlobalConfig, GuardianConfig
 from cloister_core.paths import CloisterPaths
 
@@ -155,6 +161,7 @@ def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
         "/config": f"{config}:ro",
         "/config/decisions": f"{config}/decisions",
         "/run/secrets/service.credential": f"{credential}:ro",
+        "/run/secrets/hub.secret": f"{paths.data_dir / 'guardian' / 'hub.secret'}:ro",
         "/audit/audit.log": audit,
     }
     # Only the gateway sees the executor's socket directory, read-only.
@@ -176,6 +183,41 @@ def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
         for source in volumes(services[name]).values():
             host = Path(source.removesuffix(":ro"))
             assert not secrets.is_relative_to(host), (name, host)
+
+
+def test_only_the_hub_has_the_hub_secret(stack: dict[str, Any], paths: CloisterPaths) -> None:
+    """The human's credential: read-only in the hub, in no other service (the proxy and
+    the gateway on the control network reach the hub, but cannot decide)."""
+    secret = paths.data_dir / "guardian" / "hub.secret"
+    services = stack["services"]
+    approval = services["approval"]
+    (mount,) = [spec for spec in approval["volumes"] if spec["target"] == "/run/secrets/hub.secret"]
+    assert mount == {
+        "type": "bind",
+        "source": str(secret),
+        "target": "/run/secrets/hub.secret",
+        "read_only": True,
+    }
+    assert approval["environment"]["CLOISTER_APPROVAL_HUB_SECRET_FILE"] == "/run/secrets/hub.secret"
+    for name in SERVICES - {"approval"}:
+        for source in volumes(services[name]).values():
+            host = Path(source.removesuffix(":ro"))
+            assert not secret.is_relative_to(host), (name, host)
+        assert not any("HUB_SECRET" in key for key in services[name].get("environment", {}))
+
+
+def test_start_writes_the_hub_secret_once(paths: CloisterPaths) -> None:
+    guardian = guardian_for(paths)
+    guardian._ensure_files()
+    secret = paths.data_dir / "guardian" / "hub.secret"
+    assert guardian.hub_secret_file == secret
+    assert secret.stat().st_mode & 0o777 == 0o600
+    first = secret.read_text(encoding="utf-8")
+    assert len(first.strip()) == 64
+    assert int(first, 16) >= 0  # hex
+    guardian._ensure_files()
+    assert secret.read_text(encoding="utf-8") == first  # kept: browser logins survive
+    assert first != (paths.data_dir / "guardian" / "service.credential").read_text()
 
 
 def test_services_reach_the_hub_on_the_control_network(stack: dict[str, Any]) -> None:
@@ -356,3 +398,25 @@ def test_status_counts_tokens_and_reads_health(paths: CloisterPaths, tokens: Non
     assert status.tokens == 2
     assert status.running is False  # a service is down, and no executor runs
     assert json.loads(json.dumps(status.to_json()))["tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        "Error response from daemon: driver failed programming external connectivity on"
+        " endpoint cloister-guardian-approval: Error starting userland proxy: listen tcp4"
+        " 127.0.0.1:9999: bind: address already in use",
+        "Error response from daemon: Bind for 127.0.0.1:9999 failed: port is already allocated",
+    ],
+)
+def test_a_taken_ui_port_is_one_line_that_says_what_to_do(detail: str) -> None:
+    message = port_taken(detail, 9999, Path("/home/me/.config/cloister/config.yaml"))
+    assert message == (
+        "port 9999 on 127.0.0.1 (the approval UI) is taken by another program; free it, or"
+        " set `guardian: {ui_port: PORT}` in /home/me/.config/cloister/config.yaml to a free"
+        " port, then run `cloister guardian start` again"
+    )
+
+
+def test_other_compose_failures_are_not_called_a_taken_port() -> None:
+    assert port_taken("no such image: cloister-proxy", 9999, Path("c.yaml")) is None

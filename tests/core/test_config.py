@@ -207,6 +207,94 @@ def test_invalid_values_name_file_and_line(
     assert message in rendered
 
 
+@pytest.mark.parametrize(
+    ("text", "location", "message"),
+    [
+        (
+            "proxy:\n  allow:\n    - github.com\n",
+            ":3:7:",
+            "proxy.allow[0]: 'github.com' is a bare string: write `- domain: github.com`",
+        ),
+        (
+            "proxy:\n  deny:\n    - domain: a.test\n    - '**.pastebin.com'\n",
+            ":4:7:",
+            "proxy.deny[1]: '**.pastebin.com' is a bare string:"
+            " write `- pattern: '**.pastebin.com'`",
+        ),
+        (
+            "hostexec:\n  auto_approve:\n    - ^make test$\n",
+            ":3:7:",
+            "'^make test$' is a bare string: write `- pattern: '^make test$'`",
+        ),
+        (
+            "proxy:\n  allow: github.com\n",
+            ":2:10:",
+            "proxy.allow: expected a list of rules, got the string 'github.com': write"
+            " `- domain: github.com` on its own line below `allow:`",
+        ),
+        (
+            "hostexec:\n  manual_approve: ^gh .+$\n",
+            ":2:19:",
+            "write `- pattern: '^gh .+$'` on its own line below `manual_approve:`",
+        ),
+        (
+            "proxy:\n  allow:\n    - domain: https://github.com/org/repo\n",
+            ":3:15:",
+            "proxy.allow[0].domain: domain 'https://github.com/org/repo' is a URL:"
+            " write the host name: `github.com`",
+        ),
+        (
+            "proxy:\n  allow:\n    - domain: http://registry.internal:8443/v2\n",
+            ":3:15:",
+            "is a URL: write the host name: `registry.internal`; ports go in `ports:`"
+            " (`ports: [8443]`)",
+        ),
+        (
+            "proxy:\n  allow:\n    - domain: github.com:443\n",
+            ":3:15:",
+            "domain 'github.com:443' has a port: write the host name: `github.com`;"
+            " ports go in `ports:` (`ports: [443]`)",
+        ),
+        (
+            "proxy:\n  allow:\n    - domain: '[::1]:8080'\n",
+            ":3:15:",
+            "has a port: write the host name: `::1`; ports go in `ports:` (`ports: [8080]`)",
+        ),
+        (
+            "proxy:\n  allow:\n    - domain: github.com:https\n",
+            ":3:15:",
+            "domain 'github.com:https' has a ':': write the host name: `github.com`",
+        ),
+        (
+            "proxy:\n  allow:\n    - pattern: '*.github.com:443'\n",
+            ":3:16:",
+            "pattern '*.github.com:443' has a port: write the pattern: `*.github.com`",
+        ),
+        (
+            "proxy:\n  allow:\n    - {domain: a.test, ports: 8443}\n",
+            ":3:31:",
+            "proxy.allow[0].ports: expected a list of ports, got 8443: write `ports: [8443]`",
+        ),
+    ],
+)
+def test_common_mistakes_say_what_to_write(
+    paths: CloisterPaths, text: str, location: str, message: str
+) -> None:
+    write(paths.config_file, text)
+    with pytest.raises(ConfigError) as caught:
+        load_global_config(paths)
+    rendered = str(caught.value)
+    assert rendered.startswith(f"{paths.config_file}{location}"), rendered
+    assert message in rendered
+    assert len(rendered.splitlines()) == 1
+
+
+def test_ip_literals_are_not_mistaken_for_ports(paths: CloisterPaths) -> None:
+    write(paths.config_file, "proxy:\n  allow: [{domain: '::1'}, {domain: '[fd00::1]'}]\n")
+    allowed = [entry.domain for entry in load_global_config(paths).proxy.allow]
+    assert allowed == ["::1", "fd00::1"]
+
+
 def test_several_problems_are_all_reported(paths: CloisterPaths) -> None:
     write(paths.config_file, "proxy:\n  alow: []\n  allowed_ports: [0]\nhostexec:\n  timeot: 5s\n")
     with pytest.raises(ConfigError) as caught:

@@ -97,7 +97,7 @@ def test_broken_file_is_never_overwritten(store: DecisionStore) -> None:
 
 
 def test_project_scope_needs_a_valid_project(store: DecisionStore) -> None:
-    with pytest.raises(ValueError, match="needs a project"):
+    with pytest.raises(ValueError, match="needs its project's name"):
         store.path_for("project")
     with pytest.raises(ValueError, match="not valid"):
         store.path_for("project", "../../etc")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cloister_core.errors import CloisterNameError
-from cloister_core.paths import CloisterPaths
+from cloister_core.errors import CloisterError, CloisterNameError
+from cloister_core.paths import CloisterPaths, PathsError
 
 
 def test_overrides_win() -> None:
@@ -55,3 +55,33 @@ def test_names_cannot_escape(name: str) -> None:
             make(name)
     with pytest.raises(CloisterNameError):
         paths.worktree("p", name)
+
+
+def test_relative_overrides_are_resolved_against_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    paths = CloisterPaths.from_env(
+        {"CLOISTER_CONFIG_DIR": "conf", "CLOISTER_DATA_DIR": "./state/data", "HOME": "/h"}
+    )
+    assert paths == CloisterPaths(tmp_path / "conf", tmp_path / "state" / "data")
+    assert paths.config_file.is_absolute()
+
+
+@pytest.mark.parametrize("key", ["CLOISTER_CONFIG_DIR", "CLOISTER_DATA_DIR"])
+def test_an_override_naming_a_file_is_one_clear_error(tmp_path: Path, key: str) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text("proxy: {}\n", encoding="utf-8")
+    with pytest.raises(PathsError) as caught:
+        CloisterPaths.from_env({key: str(file), "HOME": "/h"})
+    assert str(caught.value) == (
+        f"{key} is {str(file)!r}, which is not a directory; point it at a directory"
+        " (Cloister creates a missing one)"
+    )
+    assert isinstance(caught.value, CloisterError)
+
+
+def test_a_missing_override_is_fine(tmp_path: Path) -> None:
+    missing = tmp_path / "not-yet"
+    paths = CloisterPaths.from_env({"CLOISTER_CONFIG_DIR": str(missing), "HOME": "/h"})
+    assert paths.config_dir == missing

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from cloister_core.errors import CloisterNameError, TokenError
 from cloister_core.tokens import (
@@ -15,6 +16,7 @@ from cloister_core.tokens import (
     generate_token,
     read_token_file,
     remove_token_file,
+    remove_tokens_bound_to,
     write_token_file,
 )
 
@@ -47,7 +49,9 @@ def test_write_and_read_token_file(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
     assert tokens_dir.stat().st_mode & 0o777 == 0o700
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert set(data) == {"token", "cloister", "project", "branch", "path", "created_at"}
+    assert set(data) == {
+        *("token", "cloister", "project", "branch", "path", "created_at", "address")
+    }
     assert read_token_file(path) == item
     assert remove_token_file(tokens_dir, "my-api-feature")
     assert not remove_token_file(tokens_dir, "my-api-feature")
@@ -143,3 +147,32 @@ def test_registry_load_of_an_unreadable_directory(tmp_path: Path) -> None:
     registry, errors = TokenRegistry.load(tokens_dir)
     assert len(registry) == 0
     assert "cannot list token files" in str(errors[0])
+
+
+def test_a_token_is_accepted_only_from_its_cloisters_address() -> None:
+    record = TokenRecord.create(cloister="api", project="api", path=Path("/w"))
+    assert not record.accepts_from("172.30.0.5")  # not bound yet: refused everywhere
+    bound = record.bound_to("172.30.0.5")
+    assert bound.secret == record.secret
+    assert bound.accepts_from("172.30.0.5")
+    assert bound.accepts_from("::ffff:172.30.0.5")  # a dual-stack socket's view
+    for other in ("172.30.0.6", "127.0.0.1", None, "", "not-an-address", "::1"):
+        assert not bound.accepts_from(other), other
+    v6 = record.bound_to("fd00::0005")
+    assert v6.address == "fd00::5"
+    assert v6.accepts_from("fd00:0::5")
+
+
+def test_an_address_that_is_not_one_is_refused() -> None:
+    with pytest.raises(ValidationError):
+        TokenRecord.create(cloister="api", project="api", path=Path("/w"), address="cloister-x")
+
+
+def test_remove_tokens_bound_to_an_address(tmp_path: Path) -> None:
+    write_token_file(tmp_path, record("old").bound_to("172.30.0.5"))
+    write_token_file(tmp_path, record("other").bound_to("172.30.0.6"))
+    write_token_file(tmp_path, record("unbound"))
+    (tmp_path / "broken").write_text("{", encoding="utf-8")
+    assert remove_tokens_bound_to(tmp_path, "172.30.0.5") == ["old"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["broken", "other", "unbound"]
+    assert remove_tokens_bound_to(tmp_path, "172.30.0.5") == []

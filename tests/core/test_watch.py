@@ -75,6 +75,20 @@ def test_lookup_checks_the_file_still_exists(tmp_path: Path) -> None:
     assert tokens.lookup("0" * 64) is None
 
 
+def test_a_replaced_token_file_ends_the_old_token_at_once(tmp_path: Path) -> None:
+    """`cloister stop a` and `cloister start` again: the first instance's token is dead
+    the moment the new file is there, and the new one works, both before any refresh."""
+    tokens = TokenDirectory(tmp_path / "tokens", print)
+    first = TokenRecord.create(cloister="a", project="a", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", first)
+    tokens.refresh()
+    assert tokens.lookup(first.secret) == first
+    second = TokenRecord.create(cloister="a", project="a", path=Path("/w"))
+    write_token_file(tmp_path / "tokens", second)
+    assert tokens.lookup(first.secret) is None
+    assert tokens.lookup(second.secret) == second
+
+
 def test_a_new_token_works_before_any_refresh(tmp_path: Path) -> None:
     """`cloister start` writes the file and the agent's first request follows at once."""
     tokens = TokenDirectory(tmp_path / "tokens", print)

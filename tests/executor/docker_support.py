@@ -306,6 +306,7 @@ class GuardianStack:
         # resolve(): the executor's `pwd` prints the physical directory.
         self.project_dir = (root / "project").resolve()
         self.credential = secrets.token_hex(32)
+        self.hub_secret = secrets.token_hex(32)  # the human's: only the test's client has it
         self.hub_port = 0
         self.record: TokenRecord | None = None
         self.executor = ExecutorProcess(self.config_dir, self.data_dir)
@@ -343,14 +344,24 @@ class GuardianStack:
         (self.config_dir / "config.yaml").write_text(
             CONFIG_TEMPLATE.format(timeout=self.options.hostexec_timeout), encoding="utf-8"
         )
+        # The token file is written once the cloister has its address (see start()).
         self.record = TokenRecord.create(cloister=CLOISTER, project=PROJECT, path=self.project_dir)
-        token_file = write_token_file(self.config_dir / "tokens", self.record)
+        tokens = self.config_dir / "tokens"
+        tokens.mkdir()
         # The hub (uid 10001) writes decisions below the config dir, and reads tokens/ at
         # startup: it exits with PermissionError on the 0700 directory write_token_file
         # makes, so (as the proxy's image test does) the test opens tokens/ to it.
         self.config_dir.chmod(0o777)
-        token_file.parent.chmod(0o755)
-        token_file.chmod(0o644)
+        tokens.chmod(0o755)
+
+    def _bind_token(self, container: Container) -> None:
+        """The token file, bound to *container*'s address on cloister-net (as the CLI does)."""
+        assert self.record is not None
+        assert self.cloisternet is not None
+        container.reload()
+        address = container.attrs["NetworkSettings"]["Networks"][self.cloisternet.name]["IPAddress"]
+        self.record = self.record.bound_to(address)
+        write_token_file(self.config_dir / "tokens", self.record).chmod(0o644)
 
     def _network(self, purpose: str, *, internal: bool, options: dict[str, str]) -> Network:
         network = self.client.networks.create(
@@ -390,6 +401,7 @@ class GuardianStack:
             ports={f"{HUB_PORT}/tcp": ("127.0.0.1", self.hub_port)},
             environment={
                 "CLOISTER_APPROVAL_SERVICE_CREDENTIAL": self.credential,
+                "CLOISTER_APPROVAL_HUB_SECRET": self.hub_secret,
                 "CLOISTER_APPROVAL_PUBLIC_HOSTS": json.dumps([f"127.0.0.1:{self.hub_port}"]),
             },
         )
@@ -428,6 +440,7 @@ class GuardianStack:
                 "CLOISTER_REQUEST_PORT": str(REQUEST_PORT),
             },
         )
+        self._bind_token(self.cloister)
         wait_healthy(self.hub, "the approval hub")
         wait_healthy(self.gateway, "the gateway")
         self.cloister.reload()
@@ -507,8 +520,12 @@ class GuardianStack:
 
     @contextlib.contextmanager
     def human(self) -> Iterator[httpx.Client]:
-        """The human's HTTP client for the hub's API (Host: 127.0.0.1:<port>)."""
-        with httpx.Client(base_url=f"http://127.0.0.1:{self.hub_port}", timeout=10) as client:
+        """The human's HTTP client for the hub's API (Host: 127.0.0.1:<port>, the secret)."""
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{self.hub_port}",
+            headers={"Authorization": f"Bearer {self.hub_secret}"},
+            timeout=10,
+        ) as client:
             yield client
 
     def gateway_audit(self) -> list[dict[str, Any]]:

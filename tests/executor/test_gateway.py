@@ -15,11 +15,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
+from cloister_core.decisions import DecisionStore, remove_session_decisions
 from cloister_core.tokens import TokenRecord, write_token_file
 from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings
 from cloister_executor.gateway import GatewaySettings, create_app
@@ -63,16 +63,19 @@ class DaemonThread:
         self._thread.join(10)
 
 
+CLOISTER_IP = "172.30.0.7"  # the cloister's address on cloister-net (its token is bound to it)
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     config, data, project = tmp_path / "config", tmp_path / "data", tmp_path / "project"
     config.mkdir()
     project.mkdir()
     (config / "config.yaml").write_text(CONFIG, encoding="utf-8")
-    record = TokenRecord.create(cloister="api", project="api", path=project)
+    record = TokenRecord.create(cloister="api", project="api", path=project, address=CLOISTER_IP)
     write_token_file(config / "tokens", record)
     daemon = DaemonThread(ExecutorSettings(config_dir=config, data_dir=data))
-    hub = LiveHub(tmp_path / "hub")
+    hub = LiveHub(tmp_path / "hub", config_dir=config)  # one config directory, as in the stack
     settings = GatewaySettings(
         config_dir=config,
         data_dir=data,
@@ -83,7 +86,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         approval_timeout=timedelta(seconds=2),
         audit_log=tmp_path / "audit.log",
     )
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), client=(CLOISTER_IP, 40000)) as client:
         yield {
             "client": client,
             "record": record,
@@ -178,7 +181,7 @@ def test_oversized_body_is_refused(world: dict[str, Any]) -> None:
 
 def test_manual_approval_through_the_hub(world: dict[str, Any]) -> None:
     hub: LiveHub = world["hub"]
-    with httpx.Client(base_url=hub.url) as human:
+    with hub.human() as human:
         waiting = Background(lambda: post(world, {"args": ["git", "push", "origin", "main"]}))
         (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
         assert item["argv"] == ["git", "push", "origin", "main"]
@@ -201,6 +204,38 @@ def test_manual_approval_through_the_hub(world: dict[str, Any]) -> None:
 
     code, body = post(world, {"args": ["git", "push"]})  # nobody answers within 2 s
     assert (body["status"], body["reason"]) == ("timeout", "nobody approved it in time")
+
+
+@pytest.mark.parametrize("scope", ["session", "project"])
+def test_a_command_approved_beyond_once_runs_again_without_asking(
+    world: dict[str, Any], scope: str
+) -> None:
+    hub: LiveHub = world["hub"]
+    push = {"args": ["git", "push", "origin", "main"]}
+    with hub.human() as human:
+        waiting = Background(lambda: post(world, push))
+        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+        decision = human.post(
+            f"/api/v1/commands/{item['id']}/decision", json={"action": "approve", "scope": scope}
+        ).json()
+        assert waiting.join()[1]["status"] == "approved"
+        # The same command again: from the decision file, nobody is asked (the policy
+        # files are re-read at most twice a second).
+        wait_for(lambda: post(world, push)[1]["status"] == "auto_approved")
+        # Another command still waits for a human (and times out here).
+        assert post(world, {"args": ["git", "push", "--force"]})[1]["status"] == "timeout"
+        # Undone: the human is asked again.
+        human.post(f"/api/v1/decisions/{decision['id']}/undo").raise_for_status()
+        wait_for(lambda: post(world, push)[1]["status"] == "timeout")
+
+
+def test_a_stopped_cloister_forgets_its_session_commands(world: dict[str, Any]) -> None:
+    paths = world["settings"].paths
+    DecisionStore(paths).add_command("session", "git push origin main", "api")
+    push = {"args": ["git", "push", "origin", "main"]}
+    assert post(world, push)[1]["status"] == "auto_approved"
+    remove_session_decisions(paths, "api")  # what `cloister stop` does
+    assert post(world, push)[1]["status"] == "timeout"
 
 
 def test_executor_down_is_an_error(world: dict[str, Any]) -> None:
@@ -239,3 +274,20 @@ def test_unsafe_git_is_denied_before_anyone_is_asked(world: dict[str, Any]) -> N
     status, body = post(world, {"args": ["git", "push", "--receive-pack=touch x", "origin"]})
     assert (status, body["status"]) == (200, "denied")
     assert "'--receive-pack=touch x'" in body["reason"]
+
+
+def test_a_token_from_another_address_is_refused(world: dict[str, Any]) -> None:
+    record: TokenRecord = world["record"]
+    settings: GatewaySettings = world["settings"]
+    with TestClient(create_app(settings), client=("172.30.0.8", 40000)) as other:
+        response = other.post(
+            "/request", headers={"X-Cloister-Token": record.secret}, json={"args": ["echo", "x"]}
+        )
+    assert response.status_code == 401
+    assert "another cloister" in response.json()["reason"]
+    lines = [json.loads(line) for line in Path(world["audit"]).read_text().splitlines()]
+    assert {
+        "event": "hostexec.refused",
+        "peer": "172.30.0.8",
+        "reason": "token-address",
+    }.items() <= (next(line for line in lines if line["event"] == "hostexec.refused").items())

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from pydantic import SecretStr
 
@@ -43,7 +42,7 @@ def test_a_held_request_is_released_by_a_project_decision(
     proxy, hub, upstream = stack
     record = proxy.tokens["api-main"]
     target = f"localhost:{upstream.port}"
-    with httpx.Client(base_url=hub.url) as human:
+    with hub.human() as human:
         held = Background(lambda: open_tunnel(proxy, target, record.secret))
         (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["domains"])
         assert (item["cloister"], item["project"], item["host"]) == ("api-main", "api", "localhost")

@@ -81,8 +81,13 @@ class ProxyHarness:
         temp.replace(target)
         return target
 
-    def add_token(self, cloister: str = "demo", project: str = "demo") -> TokenRecord:
-        record = TokenRecord.create(cloister=cloister, project=project, path=self.root)
+    def add_token(
+        self, cloister: str = "demo", project: str = "demo", address: str = "127.0.0.1"
+    ) -> TokenRecord:
+        """A token bound to *address* (the tests connect from 127.0.0.1)."""
+        record = TokenRecord.create(
+            cloister=cloister, project=project, path=self.root, address=address
+        )
         write_token_file(self.tokens_dir, record)
         self.tokens[cloister] = record
         return record

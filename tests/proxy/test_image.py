@@ -96,7 +96,10 @@ def stack(
             f"  allow_private_networks: ['{subnet}']\n",
             encoding="utf-8",
         )
-        record = TokenRecord.create(cloister="demo", project="demo", path=tmp_path)
+        # The test connects through the published port: the proxy sees the network's
+        # gateway as the client, so that is the address the token is bound to.
+        gateway = network.attrs["IPAM"]["Config"][0]["Gateway"]
+        record = TokenRecord.create(cloister="demo", project="demo", path=tmp_path, address=gateway)
         write_token_file(config / "tokens", record)
         for path in (config, config / "tokens", *config.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)  # readable by the proxy's uid

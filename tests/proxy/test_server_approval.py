@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from cloister_core.config.models import RuleEntry
+from cloister_core.decisions import DecisionStore
 from cloister_core.hub import DomainDecision, DomainRequest
+from cloister_core.paths import CloisterPaths
 from tests.proxy.support import (
     LOCAL_ALLOW,
     FakeHub,
@@ -45,10 +47,12 @@ class Decider:
         self.decision = decision
         self.release = threading.Event()
         self.release.set()
+        self.on_decide: Callable[[DomainRequest], object] | None = None
 
     def __call__(self, request: DomainRequest) -> DomainDecision | None:
-        del request
         self.release.wait(30)
+        if self.on_decide is not None:
+            self.on_decide(request)
         return self.decision
 
 
@@ -87,12 +91,14 @@ def test_allow_once_releases_the_held_request(
     assert (line["verdict"], line["file"]) == ("allow", "approval (once)")
 
 
-def test_session_scope_is_remembered_for_that_token_only(
+def test_session_scope_is_remembered_for_that_cloister_only(
     harness: ProxyHarness, echo_server: ThreadedServer, hub: FakeHub, decider: Decider
 ) -> None:
-    decider.decision = DomainDecision(
-        action="allow", scope="session", entry=RuleEntry(domain="localhost")
-    )
+    entry = RuleEntry(domain="localhost")
+    decider.decision = DomainDecision(action="allow", scope="session", entry=entry)
+    # As the real hub does: a session decision is written to the cloister's session file.
+    store = DecisionStore(CloisterPaths(harness.config_dir, harness.root / "data"))
+    decider.on_decide = lambda request: store.add("session", "allow", entry, request.cloister)
     harness.write_config(config(echo_server.port))
     first = harness.add_token("one", "api")
     second = harness.add_token("two", "api")
@@ -106,6 +112,11 @@ def test_session_scope_is_remembered_for_that_token_only(
     sock, response = open_tunnel(harness, target, second.secret)
     sock.close()
     assert len(hub.requests) == 2
+    # Undone in the hub (the entry removed from the file): asked again.
+    store.remove("session", "allow", entry, "one")
+    sock, response = open_tunnel(harness, target, first.secret)
+    sock.close()
+    assert len(hub.requests) == 3
 
 
 def test_deny_gives_403_denied(

@@ -47,8 +47,10 @@ class GatewayHarness:
         temp.write_text(text, encoding="utf-8")
         temp.replace(self.paths.config_file)
 
-    def add_token(self, cloister: str = "api") -> TokenRecord:
-        record = TokenRecord.create(cloister=cloister, project=cloister, path=self.root)
+    def add_token(self, cloister: str = "api", address: str = "127.0.0.1") -> TokenRecord:
+        record = TokenRecord.create(
+            cloister=cloister, project=cloister, path=self.root, address=address
+        )
         write_token_file(self.paths.tokens_dir, record)
         return record
 

@@ -14,7 +14,10 @@ from cloister_core.tokens import TokenRecord
 from cloister_proxy.credentials.plan import Forward, Refusal, Upstream, plan
 from cloister_proxy.http1 import parse_request_head
 
-RECORD = TokenRecord.create(cloister="api", project="api", path=Path("/tmp/api"))
+RECORD = TokenRecord.create(
+    cloister="api", project="api", path=Path("/tmp/api"), address="172.30.0.5"
+)
+PEER = "172.30.0.5"
 TOKEN = RECORD.secret
 REAL = "sk-ant-real-0123456789"
 
@@ -31,6 +34,7 @@ def decide(
     method: Method = "api-key",
     stored: bool = True,
     api_base: str | None = "http://fake-api:8080",
+    peer: str = PEER,
 ) -> Forward | Refusal:
     lines = [line for line in raw.split("\n") if line]
     head = parse_request_head("\r\n".join(lines).encode() + b"\r\n\r\n")
@@ -39,6 +43,7 @@ def decide(
         tokens=lambda value: RECORD if value == TOKEN else None,
         credentials=lambda agent: credential(agent, method) if stored else None,
         api_bases={"claude": api_base, "codex": api_base, "gemini": api_base},
+        peer=peer,
     )
 
 
@@ -184,6 +189,7 @@ def test_an_existing_login_credential_has_no_secret_to_swap() -> None:
             agent=agent, method="existing-login", created_at=datetime.now(UTC)
         ),
         api_bases={},
+        peer=PEER,
     )
     assert isinstance(refusal, Refusal)
     assert refusal.status == 503
@@ -304,3 +310,18 @@ def test_the_framing_is_sent_as_parsed() -> None:
     empty = decide(f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n")
     assert isinstance(empty, Forward)
     assert ("Content-Length", "0") in sent_head(empty)[1]
+
+
+@pytest.mark.parametrize("peer", ["172.30.0.6", "::ffff:172.30.0.6", "garbage"])
+def test_another_cloisters_token_is_refused(peer: str) -> None:
+    refusal = decide(f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n", peer=peer)
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason, refusal.record) == (401, "token-address", None)
+
+
+def test_a_dual_stack_view_of_the_own_address_is_accepted() -> None:
+    forward = decide(
+        f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n",
+        peer="::ffff:172.30.0.5",
+    )
+    assert isinstance(forward, Forward)

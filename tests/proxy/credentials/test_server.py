@@ -266,9 +266,13 @@ def test_a_silent_client_is_dropped_after_the_header_timeout(
 def test_upstream_connections_are_never_shared_between_cloisters(
     gateway: GatewayHarness, upstream: HttpUpstream, token: TokenRecord
 ) -> None:
-    other = gateway.add_token("web")
-    with httpx.Client(base_url=gateway.url, timeout=TIMEOUT) as client:
-        for key in (token.secret, other.secret, token.secret, other.secret):
+    other = gateway.add_token("web", address="127.0.0.2")  # one address per cloister
+    web = httpx.HTTPTransport(local_address="127.0.0.2")
+    with (
+        httpx.Client(base_url=gateway.url, timeout=TIMEOUT) as api_client,
+        httpx.Client(base_url=gateway.url, timeout=TIMEOUT, transport=web) as web_client,
+    ):
+        for client, key in [(api_client, token.secret), (web_client, other.secret)] * 2:
             response = client.post("/claude/v1/messages", headers={"x-api-key": key}, content=b"{}")
             assert response.status_code == 200
     assert upstream.server is not None
@@ -284,3 +288,38 @@ def test_trace_never_reaches_the_upstream(
     assert response.status_code == 405
     assert REAL_KEY not in response.text
     assert upstream.received == []
+
+
+def test_another_cloisters_token_is_refused_and_audited_by_address(
+    gateway: GatewayHarness, upstream: HttpUpstream, token: TokenRecord
+) -> None:
+    transport = httpx.HTTPTransport(local_address="127.0.0.9")
+    with httpx.Client(transport=transport, timeout=TIMEOUT) as elsewhere:
+        response = elsewhere.post(
+            f"{gateway.url}/claude/v1/messages", headers={"x-api-key": token.secret}, json={}
+        )
+    assert response.status_code == 401
+    assert response.headers["x-cloister-reason"] == "token-address"
+    assert upstream.received == []
+    (line,) = gateway.wait_for_audit(1)
+    assert (line["cloister"], line["peer"], line["reason"]) == (None, "127.0.0.9", "token-address")
+
+
+def test_unauthenticated_connections_are_limited_per_address(
+    gateway: GatewayHarness, upstream: HttpUpstream
+) -> None:
+    gateway.configure(f"http://127.0.0.1:{upstream.port}")
+    gateway.start(max_unauthenticated_per_address=2)
+    idle = [
+        socket.create_connection(gateway.address, timeout=TIMEOUT, source_address=("127.0.0.7", 0))
+        for _ in range(2)
+    ]
+    try:
+        with socket.create_connection(
+            gateway.address, timeout=TIMEOUT, source_address=("127.0.0.7", 0)
+        ) as third:
+            assert read_response(third).status == 429
+        assert httpx.get(f"{gateway.url}/healthz", timeout=TIMEOUT).status_code == 200
+    finally:
+        for sock in idle:
+            sock.close()

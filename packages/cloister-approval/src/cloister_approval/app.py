@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator
@@ -9,8 +10,11 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from cloister_approval import api, openapi, service, ui
+from cloister_approval import api, login, openapi, service, ui
+from cloister_approval.auth import HubAuth
 from cloister_approval.broadcast import Broadcaster
+from cloister_approval.handlers import HANDLERS
+from cloister_approval.headers import HubApp
 from cloister_approval.hub import ApprovalHub
 from cloister_approval.security import GuardMiddleware
 from cloister_approval.settings import ApprovalSettings
@@ -18,8 +22,19 @@ from cloister_core.audit import AuditLog
 from cloister_core.suffixes import PublicSuffixes
 
 
+async def _watch_tokens(hub: ApprovalHub, seconds: float) -> None:
+    # Requests refresh the tokens themselves; this catches a stopped cloister while
+    # nobody asks, so its held items leave the open pages at once.
+    while True:
+        await asyncio.sleep(seconds)
+        hub.refresh_tokens()
+
+
 def create_app(settings: ApprovalSettings) -> Starlette:
-    """The hub for *settings*: routes, the Host/Origin/credential guard, state."""
+    """The hub for *settings*: routes, guards, state. Needs a hub secret (value or file)."""
+    secret = settings.secret()
+    if not secret:
+        raise ValueError("no hub secret: set hub_secret or hub_secret_file (not empty)")
     audit = (
         AuditLog(settings.audit_log, stream=sys.stdout if settings.audit_stdout else None)
         if settings.audit_log or settings.audit_stdout
@@ -35,31 +50,38 @@ def create_app(settings: ApprovalSettings) -> Starlette:
         suffixes=PublicSuffixes(),
         audit=audit,
     )
+    auth = HubAuth(secret, cookie_lifetime=settings.cookie_lifetime)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        for problem in hub.load_tokens():
-            print(f"cloister-approval: ignoring token file: {problem}", file=sys.stderr)
+        hub.refresh_tokens()
+        watcher = asyncio.create_task(_watch_tokens(hub, settings.reload_interval.total_seconds()))
         try:
             yield
         finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
             if audit is not None:
                 audit.close()
 
-    app = Starlette(
-        routes=[*api.ROUTES, *service.ROUTES, *openapi.ROUTES, *ui.routes()],
+    app = HubApp(
+        routes=[*api.ROUTES, *service.ROUTES, *openapi.ROUTES, *login.ROUTES, *ui.routes()],
         middleware=[
             Middleware(
                 GuardMiddleware,
                 public_hosts=frozenset(settings.public_hosts),
                 allowed_origins=settings.allowed_origins,
                 service_credential=settings.credential(),
+                auth=auth,
             )
         ],
+        exception_handlers=dict(HANDLERS),
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.hub = hub
+    app.state.auth = auth
     app.state.renderer = ui.Renderer(ui.template_environment())
     app.state.openapi = openapi.openapi_document()
     return app

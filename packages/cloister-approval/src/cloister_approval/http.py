@@ -9,7 +9,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from cloister_approval.hub import HubError
+from cloister_approval.errors import HubError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MAX_BODY = 64 * 1024
@@ -17,10 +17,6 @@ MAX_BODY = 64 * 1024
 
 class BadRequestError(HubError):
     status = 400
-
-    def __init__(self, message: str, detail: Any = None) -> None:
-        super().__init__(message)
-        self.detail = detail
 
 
 async def read_model(request: Request, model: type[ModelT]) -> ModelT:
@@ -54,9 +50,8 @@ def json_response(
     return JSONResponse(content, status_code=status)
 
 
-def error_response(error: HubError) -> JSONResponse:
-    content: dict[str, Any] = {"error": error.message}
-    detail = getattr(error, "detail", None)
+def error_response(message: str, status: int, detail: Any = None) -> JSONResponse:
+    content: dict[str, Any] = {"error": message}
     if detail is not None:
         content["detail"] = detail
-    return JSONResponse(content, status_code=error.status)
+    return JSONResponse(content, status_code=status)

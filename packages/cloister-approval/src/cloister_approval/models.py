@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cloister_core.hub import DomainScope
 
@@ -24,21 +24,26 @@ class DomainDecisionIn(_In):
     wildcard: bool = False
 
 
+CommandScope = Literal["once", "session", "project"]
+
+
 class CommandDecisionIn(_In):
-    """``POST /api/v1/commands/{id}/decision``."""
+    """``POST /api/v1/commands/{id}/decision``.
+
+    ``scope`` beyond ``once`` approves the exact command again without asking: for the
+    cloister's session, or for every cloister of the project. A denial is always once
+    (the next request asks again).
+    """
 
     action: Literal["approve", "deny"]
+    scope: CommandScope = "once"
     reason: str | None = Field(default=None, max_length=500)
 
-
-class TokenIn(_In):
-    """``POST /api/v1/tokens``: the CLI registers a cloister's token."""
-
-    token: str = Field(pattern=r"^[0-9a-f]{64}$")
-    cloister: str
-    project: str
-    branch: str | None = None
-    path: str
+    @model_validator(mode="after")
+    def _deny_is_once(self) -> CommandDecisionIn:
+        if self.action == "deny" and self.scope != "once":
+            raise ValueError(f"a denial is for this request only, not scope {self.scope!r}")
+        return self
 
 
 class _Out(BaseModel):
@@ -84,7 +89,7 @@ class DecisionOut(_Out):
     subject: str = Field(description="host:port or the command")
     action: str
     scope: str | None
-    rule: str | None = Field(description="the rule written or remembered (domains)")
+    rule: str | None = Field(description="the rule or the command pattern written")
     file: str | None = Field(description="the decision file written, if any")
     summary: str
     effective: str | None = Field(
@@ -108,16 +113,6 @@ class EffectiveRulesOut(_Out):
     rules: list[RuleOut]
     allowed_ports: list[int]
     unlisted_domain_behavior: str
-
-
-class TokenOut(_Out):
-    """A registered cloister; never the token itself."""
-
-    cloister: str
-    project: str
-    branch: str | None
-    path: str
-    created_at: datetime
 
 
 class ErrorOut(_Out):

@@ -17,8 +17,6 @@ from cloister_approval.models import (
     EffectiveRulesOut,
     ErrorOut,
     PendingOut,
-    TokenIn,
-    TokenOut,
 )
 from cloister_core.hub import (
     SERVICE_COMMANDS_PATH,
@@ -28,6 +26,7 @@ from cloister_core.hub import (
     DomainDecision,
     DomainRequest,
 )
+from cloister_core.hubauth import HEALTH_PATH
 
 OPENAPI_PATH = "/api/v1/openapi.json"
 
@@ -36,7 +35,8 @@ Operation = tuple[
     str, str, str, type[BaseModel] | None, type[BaseModel] | None, bool, tuple[int, ...]
 ]
 OPERATIONS: list[Operation] = [
-    ("get", "/api/v1/health", "Health and pending count", None, None, False, ()),
+    ("get", HEALTH_PATH, "Health and pending count (open: no credential)", None, None, False,
+     ()),
     ("get", "/api/v1/pending", "Everything waiting for a human", None, PendingOut, False, ()),
     ("post", "/api/v1/domains/{item_id}/decision", "Decide a held domain",
      DomainDecisionIn, DecisionOut, False, (400, 404, 409)),
@@ -47,9 +47,6 @@ OPERATIONS: list[Operation] = [
      None, DecisionOut, False, (404, 409)),
     ("get", "/api/v1/projects/{project}/rules", "Effective rules of a project, with their files",
      None, EffectiveRulesOut, False, (400, 422)),
-    ("get", "/api/v1/tokens", "Registered cloisters (never the tokens)", None, TokenOut, True, ()),
-    ("post", "/api/v1/tokens", "Register a cloister's token", TokenIn, TokenOut, False, (400,)),
-    ("delete", "/api/v1/tokens/{cloister}", "Revoke a cloister's token", None, None, False, (404,)),
     ("post", SERVICE_DOMAINS_PATH, "Service: hold a domain until decided (long poll)",
      DomainRequest, DomainDecision, False, (400, 401, 503)),
     ("post", SERVICE_COMMANDS_PATH, "Service: hold a command until decided (long poll)",
@@ -73,18 +70,21 @@ def openapi_document() -> dict[str, Any]:
         ]
         if parameters:
             operation["parameters"] = parameters
+        statuses = errors
         if path.startswith("/api/v1/service/"):
             operation["security"] = [{"service": []}]
+        elif path == HEALTH_PATH:
+            operation["security"] = []
+        else:
+            operation["security"] = [{"hub": []}, {"browser": []}]
+            statuses = (*errors, 401)
         if body is not None:
             operation["requestBody"] = {
                 "required": True,
                 "content": {"application/json": {"schema": {"$ref": _ref(body)}}},
             }
-        ok = "201" if (method, path) == ("post", "/api/v1/tokens") else "200"
-        if method == "delete":
-            operation["responses"]["204"] = {"description": "done"}
-        elif response is None:
-            operation["responses"][ok] = {
+        if response is None:
+            operation["responses"]["200"] = {
                 "description": "ok",
                 "content": {"application/json": {"schema": {"type": "object"}}},
             }
@@ -92,11 +92,11 @@ def openapi_document() -> dict[str, Any]:
             schema: dict[str, Any] = {"$ref": _ref(response)}
             if many:
                 schema = {"type": "array", "items": schema}
-            operation["responses"][ok] = {
+            operation["responses"]["200"] = {
                 "description": "ok",
                 "content": {"application/json": {"schema": schema}},
             }
-        for status in (*errors, 403):
+        for status in (*statuses, 403):
             operation["responses"][str(status)] = {
                 "description": "error",
                 "content": {"application/json": {"schema": {"$ref": _ref(ErrorOut)}}},
@@ -107,14 +107,25 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "Cloister approval hub",
             "version": "1",
-            "description": "Held domains and host commands, the human's decisions, tokens."
-            " Human routes answer only to the local UI's Host and Origin; service routes"
-            " need the stack's bearer credential.",
+            "description": "Held domains and host commands, and the human's decisions."
+            " Human routes answer only to the local UI's Host and Origin, and only with"
+            " the hub secret (bearer) or the browser cookie set by a one-time login link"
+            " (`cloister guardian open`); service routes need the stack's bearer"
+            " credential. Health needs nothing.",
         },
         "paths": paths,
         "components": {
             "schemas": schemas.get("$defs", {}),
-            "securitySchemes": {"service": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "service": {"type": "http", "scheme": "bearer"},
+                "hub": {"type": "http", "scheme": "bearer", "description": "the hub secret"},
+                "browser": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": "cloister_hub_<port>",
+                    "description": "set by GET /login?ticket=… (a one-time login link)",
+                },
+            },
         },
     }
 

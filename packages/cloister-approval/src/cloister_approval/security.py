@@ -11,8 +11,12 @@ Two audiences, two rules, enforced before any route runs (pure ASGI middleware):
   to 127.0.0.1) is refused even though it reaches the port. State-changing requests
   whose ``Origin`` (or ``Sec-Fetch-Site``) says another site sent them are refused:
   no CSRF from a browser tab. No CORS headers are ever sent, so other origins cannot
-  read anything either. Requests without ``Origin`` (curl, the CLI) are not browsers'
-  cross-site requests and are allowed.
+  read anything either. Before all that, the request must be the human's
+  (:class:`~cloister_approval.auth.HubAuth`: the hub secret or the browser cookie),
+  or it is a 401: the login page for a page, JSON for the API. Only
+  ``GET /api/v1/health`` (the stack's readiness check) and ``/login`` (which checks
+  its own ticket) are open. Any local process, any other user of the machine and any
+  container on the control network reaches the port; none of them has the secret.
 """
 
 from __future__ import annotations
@@ -22,8 +26,19 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cloister_approval.auth import HubAuth
+from cloister_approval.login import NOT_LOGGED_IN, login_page
+from cloister_core.hubauth import AUTH_SCHEME, HEALTH_PATH, LOGIN_PATH
+
 SERVICE_PREFIX = "/api/v1/service/"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+OPEN_ROUTES = frozenset({("GET", HEALTH_PATH), ("HEAD", HEALTH_PATH), ("GET", LOGIN_PATH)})
+API_NOT_LOGGED_IN = (
+    "not logged in: send the hub secret (Authorization: Bearer <secret>, the file"
+    " <data>/guardian/hub.secret), or log the browser in with `cloister guardian open`"
+)
+
+Refusal = tuple[int, str]
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -32,23 +47,16 @@ def _headers(scope: Scope) -> dict[str, str]:
     }
 
 
-async def _refuse(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"error": message}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
+async def _refuse(send: Send, status: int, body: bytes, content_type: bytes) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", f'{AUTH_SCHEME} realm="cloister-hub"'.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
 class GuardMiddleware:
-    """Host, Origin and service-credential checks for every HTTP request."""
+    """Host, Origin, human and service-credential checks for every HTTP request."""
 
     def __init__(
         self,
@@ -57,11 +65,13 @@ class GuardMiddleware:
         public_hosts: frozenset[str],
         allowed_origins: frozenset[str],
         service_credential: str | None,
+        auth: HubAuth,
     ) -> None:
         self.app = app
         self.public_hosts = public_hosts
         self.allowed_origins = allowed_origins
         self.service_credential = service_credential
+        self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,34 +79,40 @@ class GuardMiddleware:
             return
         headers = _headers(scope)
         problem = self._problem(scope, headers)
-        if problem is not None:
-            await _refuse(send, *problem)
-            return
-        await self.app(scope, receive, send)
+        if problem is None:
+            await self.app(scope, receive, send)
+        elif problem[0] == 401 and not scope["path"].startswith("/api/"):
+            await _refuse(send, 401, login_page(problem[1]), b"text/html; charset=utf-8")
+        else:
+            body = json.dumps({"error": problem[1]}).encode()
+            await _refuse(send, problem[0], body, b"application/json")
 
-    def _problem(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str] | None:
+    def _problem(self, scope: Scope, headers: dict[str, str]) -> Refusal | None:
         path: str = scope["path"]
+        method: str = scope["method"]
         if path.startswith(SERVICE_PREFIX):
             return self._service_problem(headers)
+        # Who first: without the secret, every name the hub is reached by gets the 401.
+        if (method, path) not in OPEN_ROUTES and not self.auth.is_human(headers):
+            return 401, API_NOT_LOGGED_IN if path.startswith("/api/") else NOT_LOGGED_IN
         host = headers.get("host", "").lower()
         if host not in self.public_hosts:
             expected = ", ".join(sorted(self.public_hosts))
             return 403, f"host {host!r} is not this hub's address (expected one of {expected})"
-        if scope["method"] in SAFE_METHODS:
-            return None
-        origin = headers.get("origin")
-        if origin is not None and origin.lower() not in self.allowed_origins:
-            return 403, f"cross-origin request from {origin!r} refused"
-        if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-            return 403, "cross-site request refused"
+        if method not in SAFE_METHODS:
+            origin = headers.get("origin")
+            if origin is not None and origin.lower() not in self.allowed_origins:
+                return 403, f"cross-origin request from {origin!r} refused"
+            if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+                return 403, "cross-site request refused"
         return None
 
-    def _service_problem(self, headers: dict[str, str]) -> tuple[int, str] | None:
+    def _service_problem(self, headers: dict[str, str]) -> Refusal | None:
         if self.service_credential is None:
             return 403, "the service API is disabled (no service credential configured)"
         scheme, _, presented = headers.get("authorization", "").partition(" ")
         expected = self.service_credential.encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
+        if scheme.lower() != AUTH_SCHEME.lower() or not hmac.compare_digest(
             presented.strip().encode(), expected
         ):
             return 401, "service credential missing or wrong"

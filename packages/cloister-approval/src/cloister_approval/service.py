@@ -10,9 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from cloister_approval.http import error_response, json_response, read_model
-from cloister_approval.hub import ApprovalHub, HubError
-from cloister_core.errors import InvalidCommandError, InvalidHostError
+from cloister_approval.http import json_response, read_model
+from cloister_approval.hub import ApprovalHub
 from cloister_core.hub import (
     SERVICE_COMMANDS_PATH,
     SERVICE_DOMAINS_PATH,
@@ -23,26 +22,12 @@ from cloister_core.hub import (
 
 async def domain_request(request: Request) -> Response:
     hub: ApprovalHub = request.app.state.hub
-    try:
-        body = await read_model(request, DomainRequest)
-        decision = await hub.request_domain(body)
-    except HubError as error:
-        return error_response(error)
-    except InvalidHostError as error:
-        return error_response(HubError(str(error)))
-    return json_response(decision)
+    return json_response(await hub.request_domain(await read_model(request, DomainRequest)))
 
 
 async def command_request(request: Request) -> Response:
     hub: ApprovalHub = request.app.state.hub
-    try:
-        body = await read_model(request, CommandRequest)
-        decision = await hub.request_command(body)
-    except HubError as error:
-        return error_response(error)
-    except InvalidCommandError as error:
-        return error_response(HubError(str(error)))
-    return json_response(decision)
+    return json_response(await hub.request_command(await read_model(request, CommandRequest)))
 
 
 ROUTES = [

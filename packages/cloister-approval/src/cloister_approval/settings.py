@@ -1,7 +1,7 @@
 """The hub's settings: one object, built once in ``main()`` and passed to ``create_app``.
 
-Options on the command line (``--listen``), else ``CLOISTER_APPROVAL_*`` variables,
-else defaults.
+Options on the command line (``--port``, see :mod:`cloister_approval.main`), else
+``CLOISTER_APPROVAL_*`` variables, else defaults. Validated here, once.
 """
 
 from __future__ import annotations
@@ -9,51 +9,69 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, FilePath, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
 from cloister_core.fileio import read_secret
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
 
 class ApprovalSettings(BaseSettings):
     """Settings of ``cloister-approval``."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CLOISTER_APPROVAL_",
-        extra="forbid",
-        frozen=True,
-        cli_kebab_case=True,
-        cli_prog_name="cloister-approval",
-        cli_implicit_flags=True,
-    )
+    model_config = SettingsConfigDict(env_prefix="CLOISTER_APPROVAL_", extra="forbid", frozen=True)
 
     config_dir: Path = Field(
         default_factory=default_config_dir,
-        description="Cloister's config directory (decisions are written below it)",
+        description="Cloister's config directory: tokens/ and the rules are read below it,"
+        " decisions/ is written (default: $CLOISTER_CONFIG_DIR, else ~/.config/cloister)",
     )
     data_dir: Path = Field(
-        default_factory=default_data_dir, description="Cloister's data directory"
+        default_factory=default_data_dir,
+        description="Cloister's data directory"
+        " (default: $CLOISTER_DATA_DIR, else ~/.local/share/cloister)",
     )
     host: str = Field(default="127.0.0.1", description="address to listen on")
     port: int = Field(default=9999, ge=0, le=65535, description="port to listen on")
     public_hosts: tuple[str, ...] = Field(
-        default=("127.0.0.1:9999", "localhost:9999"),
-        description="Host header values the UI answers to (anything else is refused:"
-        " DNS rebinding); the Origins allowed to change state are http:// + these",
+        default=(),
+        validate_default=True,
+        description="Host header values the UI answers to, besides 127.0.0.1:PORT and"
+        " localhost:PORT (anything else is refused: DNS rebinding); the Origins allowed"
+        " to change state are http:// + these",
+    )
+    hub_secret: SecretStr | None = Field(
+        default=None, description="the human's credential (prefer --hub-secret-file)"
+    )
+    hub_secret_file: FilePath | None = Field(
+        default=None,
+        description="file holding the hub secret, the human's credential (the CLI's"
+        " <data>/guardian/hub.secret); without one a secret is made for this run and a"
+        " one-time login URL printed",
     )
     service_credential: SecretStr | None = Field(
-        default=None, description="credential the proxy and gateway present (prefer _file)"
+        default=None,
+        description="credential the proxy and gateway present (prefer --service-credential-file)",
     )
-    service_credential_file: Path | None = Field(
-        default=None, description="file holding the service credential"
+    service_credential_file: FilePath | None = Field(
+        default=None,
+        description="file holding the service credential; without one the service API is off",
     )
     domain_timeout: Duration = Field(
         default=timedelta(seconds=60), description="how long a held domain waits for a human"
     )
     command_timeout: Duration = Field(
         default=timedelta(minutes=5), description="how long a held command waits for a human"
+    )
+    cookie_lifetime: Duration = Field(
+        default=timedelta(days=30), description="how long a browser stays logged in"
+    )
+    reload_interval: Duration = Field(
+        default=timedelta(seconds=1),
+        description="how often the token directory is checked for stopped cloisters",
     )
     max_pending: int = Field(
         default=1000, ge=1, description="held requests at most (service callers get 503 past it)"
@@ -66,8 +84,11 @@ class ApprovalSettings(BaseSettings):
 
     @field_validator("public_hosts")
     @classmethod
-    def _lower(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(host.lower() for host in value)
+    def _with_own_port(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        # The hub's own address always works: `--port 8999` alone is enough by hand.
+        own = [f"{name}:{info.data['port']}" for name in LOOPBACK_NAMES if "port" in info.data]
+        hosts = [host.lower() for host in (*value, *own)]
+        return tuple(dict.fromkeys(hosts))
 
     @property
     def paths(self) -> CloisterPaths:
@@ -77,6 +98,15 @@ class ApprovalSettings(BaseSettings):
     def allowed_origins(self) -> frozenset[str]:
         return frozenset(f"http://{host}" for host in self.public_hosts)
 
+    @property
+    def url(self) -> str:
+        """Where a person opens the UI: the first public host."""
+        return f"http://{self.public_hosts[0]}/"
+
     def credential(self) -> str | None:
         """The service credential, from the value or the file."""
         return read_secret(self.service_credential, self.service_credential_file)
+
+    def secret(self) -> str | None:
+        """The hub secret, from the value or the file; None when neither is set."""
+        return read_secret(self.hub_secret, self.hub_secret_file)

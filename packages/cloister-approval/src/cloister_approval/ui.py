@@ -5,12 +5,17 @@ is a Server-Sent Events stream of the hub's changes; each event carries its JSON
 for the page, the same item rendered by the same template, so the browser never
 builds HTML from data. ``GET /fragments/pending`` and ``/fragments/decisions``
 re-render the lists (after a (re)connect). Static files are served from the package: no CDN.
+
+Pending requests are shown by cloister (a heading per cloister, with its project), oldest
+first: an arriving item comes as its cloister's group holding just that item, which the
+page adds whole or merges into the group it already shows.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from importlib.resources import files
 from typing import Any
 
@@ -23,19 +28,23 @@ from starlette.staticfiles import StaticFiles
 
 from cloister_approval.broadcast import CLOSED, Event
 from cloister_approval.hub import ApprovalHub
+from cloister_core.printable import printable
 
 PING_SECONDS = 15
 
 
 def template_environment() -> jinja2.Environment:
     """Templates from the package, autoescaped."""
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("cloister_approval", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # For what a cloister chose: control and invisible characters shown as escapes.
+    environment.filters["printable"] = printable
+    return environment
 
 
 class Renderer:
@@ -48,20 +57,37 @@ class Renderer:
         return self._env.get_template(name).render(**context)
 
     def fragment_for(self, event: Event) -> str | None:
-        if event.name == "domain-added":
-            return self.render("_domain.html", item=event.data["item"])
-        if event.name == "command-added":
-            return self.render("_command.html", item=event.data["item"])
+        if event.name in ("domain-added", "command-added"):
+            kind = event.name.removesuffix("-added")
+            return self.render(
+                "_group.html", group=_groups([{**event.data["item"], "kind": kind}])[0]
+            )
         if event.name == "decision":
             return self.render("_decision.html", decision=event.data["decision"])
         return None
 
 
+def _groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*items* (each with its ``kind``) by cloister, in order of each cloister's first item."""
+    groups: dict[str, dict[str, Any]] = {}
+    for item in items:
+        group = groups.setdefault(
+            item["cloister"],
+            {"cloister": item["cloister"], "project": item["project"], "requests": []},
+        )
+        group["requests"].append(item)
+    return list(groups.values())
+
+
 def _context(hub: ApprovalHub) -> dict[str, Any]:
     pending = hub.pending().model_dump(mode="json")
+    items = [{**item, "kind": "domain"} for item in pending["domains"]]
+    items += [{**item, "kind": "command"} for item in pending["commands"]]
+    items.sort(key=lambda item: datetime.fromisoformat(item["created_at"]))
     return {
         "domains": pending["domains"],
         "commands": pending["commands"],
+        "groups": _groups(items),
         "decisions": [decision.model_dump(mode="json") for decision in hub.recent()],
         "count": hub.pending_count(),
     }

@@ -276,14 +276,14 @@ def remove(paths: CloisterPaths, project: str) -> Path | None:
     if not directory.exists():
         return None
     try:
-        _make_writable(directory)
+        make_writable(directory)
         shutil.rmtree(directory)  # never follows a link (the fd-based walk on Linux)
     except OSError as error:
         raise CloisterError(f"cannot delete {directory}: {error.strerror or error}") from None
     return directory
 
 
-def _make_writable(directory: Path) -> None:
+def make_writable(directory: Path) -> None:
     """Every directory below *directory* 0700 (the agent may have made some read-only),
     links never followed: nothing of the agent runs while its project is removed."""
     for current, subdirectories, _ in os.walk(directory, followlinks=False):

@@ -13,8 +13,9 @@ user so files in ``/work`` stay the user's, with every capability dropped,
 * never the docker socket nor a sensitive host path: a project or ref that is, holds
   or sits inside one is refused.
 
-Its only identity is its token (``<config>/tokens/<cloister>``), created here and
-removed by :func:`stop`, after which the proxy and the gateway refuse it at once.
+Its only identity is its token (``<config>/tokens/<cloister>``), created here, bound to
+the container's address on cloister-net (the services refuse it from any other), and
+removed by :func:`stop`, after which the proxy and the gateways refuse it at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,10 +35,16 @@ from cloister_cli.gitmounts import GitPlan, bind
 from cloister_cli.projects import Project
 from cloister_core import stack
 from cloister_core.config.models import DefaultsConfig
+from cloister_core.decisions import remove_session_decisions
 from cloister_core.errors import CloisterError
 from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
-from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
+from cloister_core.tokens import (
+    TokenRecord,
+    remove_token_file,
+    remove_tokens_bound_to,
+    write_token_file,
+)
 
 LABEL = stack.LABEL_CLOISTER
 GIT_LABEL = stack.LABEL_GIT_COMMON_DIR
@@ -258,47 +264,6 @@ def plan(
 # -- lifecycle -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CloisterInfo:
-    name: str
-    project: str
-    branch: str | None
-    path: str
-    status: str
-    image: str
-    created: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "project": self.project,
-            "branch": self.branch,
-            "path": self.path,
-            "status": self.status,
-            "image": self.image,
-            "created": self.created,
-        }
-
-
-def _info(container: Container) -> CloisterInfo:
-    labels = container.labels
-    image = container.attrs.get("Config", {}).get("Image", "")
-    return CloisterInfo(
-        name=labels[LABEL],
-        project=labels.get(stack.LABEL_PROJECT, ""),
-        branch=labels.get(stack.LABEL_BRANCH) or None,
-        path=labels.get(stack.LABEL_PATH, ""),
-        status=container.status,
-        image=str(image),
-        created=str(container.attrs.get("Created", ""))[:19],
-    )
-
-
-def list_cloisters(client: docker.DockerClient) -> list[CloisterInfo]:
-    containers = client.containers.list(all=True, filters={"label": LABEL})
-    return sorted((_info(container) for container in containers), key=lambda info: info.name)
-
-
 def find(client: docker.DockerClient, name: str) -> Container | None:
     try:
         container = client.containers.get(container_name(name))
@@ -313,13 +278,33 @@ def create(
     container_plan: ContainerPlan,
     record: TokenRecord,
 ) -> Container:
-    """Write the token, then run the container; no token is left behind on failure."""
-    write_token_file(paths.tokens_dir, record)
+    """Run the container, then write its token bound to its address on cloister-net.
+
+    The token is valid only from that address (the services check), and only once the
+    file exists: nothing in the container uses it before ``start`` returns.
+    """
+    # A session starts empty, even if an earlier cloister of this name left its file.
+    remove_session_decisions(paths, record.cloister)
     try:
         container: Container = client.containers.run(**container_plan.run_kwargs())
     except (docker.errors.APIError, docker.errors.ImageNotFound) as error:
-        remove_token_file(paths.tokens_dir, record.cloister)
         raise CloisterStartError(f"cannot start {container_plan.container}: {error}") from None
+    try:
+        container.reload()
+        networks = container.attrs.get("NetworkSettings", {}).get("Networks", {})
+        address = (networks.get(stack.CLOISTER_NET) or {}).get("IPAddress")
+        if not address:
+            raise CloisterStartError(
+                f"{container_plan.container} has no address on {stack.CLOISTER_NET}"
+                f" (status {container.status}): `docker logs {container_plan.container}`"
+            )
+        # Tokens left by containers that went without `cloister stop` and had this address.
+        for stale in remove_tokens_bound_to(paths.tokens_dir, address):
+            remove_session_decisions(paths, stale)
+        write_token_file(paths.tokens_dir, record.bound_to(address))
+    except BaseException:
+        container.remove(force=True)
+        raise
     return container
 
 
@@ -333,7 +318,7 @@ def new_token(workspace: Workspace, name: str) -> TokenRecord:
 
 
 def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> StopResult:
-    """Remove the container and its token."""
+    """Remove the container, its token and its session decisions."""
     container = find(client, name)
     common: Path | None = None
     project: str | None = None
@@ -343,18 +328,10 @@ def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> StopRe
         project = container.labels.get(stack.LABEL_PROJECT) or None
         container.remove(force=True)
     token = remove_token_file(paths.tokens_dir, name)
+    remove_session_decisions(paths, name)
     return StopResult(container is not None or token, common, project)
 
 
 def repository_in_use(client: docker.DockerClient, common: Path) -> bool:
     """Whether a cloister (of any state) still works in the repository *common*."""
     return bool(client.containers.list(all=True, filters={"label": f"{GIT_LABEL}={common}"}))
-
-
-def age(created: str) -> str:
-    try:
-        started = datetime.fromisoformat(created).replace(tzinfo=UTC)
-    except ValueError:
-        return created
-    minutes = int((datetime.now(UTC) - started).total_seconds() // 60)
-    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"

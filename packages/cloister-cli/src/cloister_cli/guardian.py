@@ -34,6 +34,7 @@ import docker.errors
 import requests
 
 from cloister_cli import executor_process
+from cloister_cli.hub_client import hub_secret_path
 from cloister_cli.images import (
     APPROVAL_IMAGE,
     GATEWAY_IMAGE,
@@ -49,6 +50,7 @@ from cloister_core.config.models import GlobalConfig
 from cloister_core.credentials import credentials_dir
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
+from cloister_core.hubauth import generate_secret
 from cloister_core.paths import CloisterPaths
 from cloister_core.stack import CLOISTER_NET, CONTROL_NET, EGRESS_NET, PROJECT, SERVICES
 from cloister_executor.locations import run_dir
@@ -135,6 +137,10 @@ class Guardian:
         return self.paths.guardian_dir / "service.credential"
 
     @property
+    def hub_secret_file(self) -> Path:
+        return hub_secret_path(self.paths)
+
+    @property
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{self.config.guardian.ui_port}/"
 
@@ -147,6 +153,10 @@ class Guardian:
         credentials_dir(self.paths).mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.credential_file.exists():
             atomic_write(self.credential_file, secrets.token_hex(32) + "\n", mode=0o600)
+        # The human's credential: the CLI sends it, the hub alone mounts it. Made once
+        # and kept, so browser logins survive restarts; a new one logs every browser out.
+        if not self.hub_secret_file.exists():
+            atomic_write(self.hub_secret_file, generate_secret() + "\n", mode=0o600)
         # A bind mount of a missing file would create a directory in its place.
         self.paths.audit_log.touch(mode=0o600, exist_ok=True)
 
@@ -170,6 +180,7 @@ class Guardian:
             config_dir=self.paths.config_dir,
             run_dir=run_dir(self.paths),
             credential_file=self.credential_file,
+            hub_secret_file=self.hub_secret_file,
             audit_log=self.paths.audit_log,
             ui_port=self.config.guardian.ui_port,
             credentials_dir=credentials_dir(self.paths),
@@ -249,7 +260,10 @@ class Guardian:
         result = subprocess.run(argv, capture_output=capture, text=True, check=False)
         if result.returncode != 0:
             detail = (result.stderr or "").strip()
-            raise GuardianError(f"docker compose {' '.join(args)} failed: {detail}")
+            raise GuardianError(
+                port_taken(detail, self.config.guardian.ui_port, self.paths.config_file)
+                or f"docker compose {' '.join(args)} failed: {detail}"
+            )
         return result
 
     def services(self) -> tuple[ServiceStatus, ...]:
@@ -266,8 +280,11 @@ class Guardian:
         return tuple(statuses)
 
     def is_running(self) -> bool:
-        return all(service.state == "running" for service in self.services()) and (
-            executor_process.running(self.paths) is not None
+        # A stack without the hub secret predates it: start it again (it is written then).
+        return (
+            self.hub_secret_file.exists()
+            and all(service.state == "running" for service in self.services())
+            and executor_process.running(self.paths) is not None
         )
 
     def _wait_ready(self) -> None:
@@ -338,6 +355,17 @@ class Guardian:
         """``docker compose logs`` straight to the terminal."""
         args = ["logs", *(["--follow"] if follow else []), *(["--tail", str(tail)] if tail else [])]
         return self._compose(*args, capture=False).returncode
+
+
+def port_taken(detail: str, ui_port: int, config_file: Path) -> str | None:
+    """The one line to say when compose failed because the UI's port is taken."""
+    if "address already in use" not in detail and "port is already allocated" not in detail:
+        return None
+    return (
+        f"port {ui_port} on 127.0.0.1 (the approval UI) is taken by another program;"
+        f" free it, or set `guardian: {{ui_port: PORT}}` in {config_file} to a free port,"
+        " then run `cloister guardian start` again"
+    )
 
 
 def load_json_lines(text: str) -> list[dict[str, Any]]:

@@ -6,10 +6,7 @@ else happens here, so it can be used (and tested) without a terminal.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,11 +15,11 @@ from pathlib import Path, PurePosixPath
 import docker
 import docker.errors
 
-from cloister_cli import accounts, agentstate, cloisters, git, projects, sessions
+from cloister_cli import accounts, agentstate, cloisters, git, listing, projects, sessions
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
 from cloister_cli.gitmounts import Protection
 from cloister_cli.guardian import Guardian
-from cloister_cli.hub_client import HubClient, HubError
+from cloister_cli.hub_client import HubClient
 from cloister_cli.images import (
     AGENT_IMAGES,
     assemble_context,
@@ -30,6 +27,7 @@ from cloister_cli.images import (
     is_current,
     source_fingerprint,
 )
+from cloister_cli.refs import check_refs
 from cloister_cli.workspace import SourceTreeError, source_tree
 from cloister_core import stack
 from cloister_core.config import load_global_config, load_project_config
@@ -40,32 +38,6 @@ from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import read_session
 
 Progress = Callable[[str, str], None]  # (what, line)
-
-
-class DockerUnavailableError(CloisterError):
-    """No Docker engine answers."""
-
-
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-
-
-def _check_engine_socket(docker_host: str) -> None:
-    """Fail early, and cleanly, when a Unix-socket engine is not there.
-
-    The docker SDK would find out too, but leaks its socket when the connection fails.
-    """
-    if not docker_host.startswith("unix://"):
-        return
-    path = docker_host.removeprefix("unix://")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(5)
-        try:
-            probe.connect(path)
-        except OSError as error:
-            raise DockerUnavailableError(
-                f"no Docker engine is reachable ({docker_host}: {error.strerror or error});"
-                " start Docker and try again"
-            ) from None
 
 
 @dataclass
@@ -81,12 +53,12 @@ class Context:
 
     @functools.cached_property
     def docker(self) -> docker.DockerClient:
-        _check_engine_socket(os.environ.get("DOCKER_HOST", DEFAULT_DOCKER_HOST))
+        listing.check_engine_socket(listing.docker_host())
         try:
             client = docker.from_env()
             client.ping()
         except docker.errors.DockerException as error:
-            raise DockerUnavailableError(
+            raise listing.DockerUnavailableError(
                 f"no Docker engine is reachable ({error}); start Docker and try again"
             ) from None
         return client
@@ -104,7 +76,12 @@ class Context:
 
     @functools.cached_property
     def hub(self) -> HubClient:
-        return HubClient(self.config.guardian.ui_port)
+        """This machine's approval hub, with its secret."""
+        return self.hub_at(None)
+
+    def hub_at(self, base_url: str | None) -> HubClient:
+        """The approval hub at *base_url* (None: this machine's), with this machine's secret."""
+        return HubClient.for_machine(self.paths, self.config.guardian.ui_port, base_url)
 
     def require_source(self) -> Path:
         return source_tree()
@@ -231,6 +208,7 @@ def start(
         if existing.status == "running" and context.paths.token_file(name).exists():
             return StartOutcome(name, existing.name or "", workspace, False, tuple(warnings))
         stop(context, name)  # a dead one: start afresh
+    check_refs(context.paths, workspace.project, context.home)  # before minutes of building
     ensure_guardian(context, progress)
     chosen_image = image or context.config.defaults.image
     ensure_agent_image(context, chosen_image, progress)
@@ -275,10 +253,6 @@ def start(
         sessions.release(context.docker, context.paths, prepared.session, held=False)
         accounts.remove(context.paths, name)
         raise
-    try:
-        context.hub.register(record)
-    except HubError as error:
-        warnings.append(f"the approval UI will not list this cloister: {error}")
     return StartOutcome(
         name,
         container.name or plan.container,
@@ -296,7 +270,7 @@ def name_for_directory(context: Context, directory: Path) -> str:
     """The running cloister whose working tree contains *directory*."""
     resolved = directory.resolve()
     best: tuple[int, str] | None = None
-    for info in cloisters.list_cloisters(context.docker):
+    for info in listing.list_cloisters(context.docker):
         path = Path(info.path)
         if resolved == path or path in resolved.parents:
             depth = len(path.parts)
@@ -321,9 +295,7 @@ def stop(context: Context, name: str) -> StopOutcome:
     accounts.remove(context.paths, name)
     if result.project is not None:
         agentstate.disarm(context.paths, result.project)
-    # The hub may be down or never have known it: the token file is gone either way.
-    with contextlib.suppress(HubError):
-        context.hub.revoke(name)
+    # The hub and the gateway see the token file go on their own.
     context.guardian.reload_proxy()  # closes its open tunnels now
     session = read_session(context.paths, name)
     if session is None:

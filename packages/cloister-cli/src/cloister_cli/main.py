@@ -2,51 +2,134 @@
 
 Subcommands are imported when they run (click's lazy-group pattern): ``cloister start``
 loads the docker SDK and the config models, not the approvals table or the compose
-renderer, because its start-up time is felt on every session.
+renderer, because its start-up time is felt on every session. ``cloister --help`` and
+the completion of command names show each command's summary from the table below,
+so they import none of them (a test keeps the summaries equal to the commands' help).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 
-# command name -> "module:attribute" under cloister_cli.commands
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
+
+class Entry(NamedTuple):
+    target: str  # "module:attribute" under cloister_cli.commands
+    summary: str  # the first sentence of its help
+    # Whether it is handed the shared Context (cloister_cli.lifecycle, which imports
+    # most of the CLI); `list` and `completion` make only what they use.
+    uses_context: bool = True
+
+
 COMMANDS = {
-    "start": "cloister:start",
-    "list": "cloister:list_command",
-    "path": "cloister:path_command",
-    "stop": "cloister:stop",
-    "exec": "cloister:exec_command",
-    "review": "review:review",
-    "setup": "setup:setup",
-    "guardian": "guardian:guardian",
-    "project": "project:project",
-    "worktree": "worktree:worktree",
-    "approvals": "approvals:approvals",
-    "config": "config:config",
-    "completion": "completion:completion",
+    "start": Entry(
+        "cloister:start", "Start (or enter) the cloister for this directory, then attach a shell."
+    ),
+    "list": Entry("cloister:list_command", "List the cloisters on this machine.", False),
+    "path": Entry("cloister:path_command", "Print the host directory a cloister works in."),
+    "stop": Entry(
+        "cloister:stop", "Stop a cloister: remove its container and revoke its token at once."
+    ),
+    "exec": Entry(
+        "cloister:exec_command", "Run a command in a running cloister, with its environment."
+    ),
+    "review": Entry(
+        "review:review",
+        "Show what a cloister left that would run code or read outside the project.",
+    ),
+    "setup": Entry(
+        "setup:setup",
+        "Log an agent in: Claude Code (claude), Codex (codex) or Gemini CLI (gemini).",
+    ),
+    "guardian": Entry(
+        "guardian:guardian",
+        "The guardian stack: proxy, approval hub, hostexec gateway and host executor.",
+    ),
+    "project": Entry(
+        "project:project", "Projects: a repository, its name, its own rules and refs."
+    ),
+    "worktree": Entry(
+        "worktree:worktree",
+        "Worktrees that `cloister start -b BRANCH` made under <data>/worktrees.",
+    ),
+    "approvals": Entry(
+        "approvals:approvals", "What waits for a decision, and deciding it without the browser."
+    ),
+    "config": Entry("config:config", "Inspect and validate Cloister's configuration."),
+    "completion": Entry(
+        "completion:completion",
+        "Print the completion script for SHELL; source it from your shell's rc file.",
+        False,
+    ),
+    "uninstall": Entry(
+        "uninstall:uninstall",
+        "Remove Cloister from this machine: its cloisters, guardian, images and networks.",
+    ),
 }
 
 
+def _summary(name: str) -> click.Command:
+    """A stand-in with the command's summary as its help: click shortens it as usual."""
+    return click.Command(name, help=COMMANDS[name].summary)
+
+
 class CloisterGroup(click.Group):
-    """Loads subcommands lazily, and shows library errors as one clean line (status 1)."""
+    """Loads subcommands lazily, suggests the nearest command for a typo, and shows
+    library errors as one clean line (status 1)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
             return None
-        module_name, attribute = target.split(":")
+        module_name, attribute = entry.target.split(":")
         module = importlib.import_module(f"cloister_cli.commands.{module_name}")
         command: click.Command = getattr(module, attribute)
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if name not in COMMANDS and not ctx.resilient_parsing and not name.startswith("-"):
+            # click suggests for options, and (from 8.4) only for commands it holds.
+            close = difflib.get_close_matches(name, COMMANDS, n=3)
+            hint = ""
+            if len(close) == 1:
+                hint = f" Did you mean {close[0]!r}?"
+            elif close:
+                hint = f" Did you mean one of {', '.join(map(repr, close))}?"
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click.Group's own, from the summaries: it would import every command.
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        rows = [(name, _summary(name).get_short_help_str(limit)) for name in COMMANDS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        from click.shell_completion import CompletionItem  # noqa: PLC0415 - only when completing
+
+        # click.Group's own, from the summaries (see format_commands), then the options.
+        items = [
+            CompletionItem(name, help=_summary(name).get_short_help_str())
+            for name in COMMANDS
+            if name.startswith(incomplete)
+        ]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -71,6 +154,9 @@ def cli(ctx: click.Context) -> None:
       cloister list
       cloister guardian status
     """
+    entry = COMMANDS.get(ctx.invoked_subcommand or "")
+    if entry is not None and not entry.uses_context:
+        return
     from cloister_cli.lifecycle import Context  # noqa: PLC0415 - see the module docstring
 
     ctx.obj = Context(paths=CloisterPaths.from_env())

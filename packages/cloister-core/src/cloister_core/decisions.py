@@ -1,8 +1,11 @@
 """The decision store: allow/deny entries the approval hub persists, and their undo.
 
-Decision files (``decisions/global.yaml``, ``decisions/projects/<p>.yaml``) are shared
-by the hub that writes them, the proxy that reloads them and the human who may edit
-them. Every change is a locked read-modify-write of the round-trip YAML document, so
+Decision files (``decisions/global.yaml``, ``decisions/projects/<p>.yaml``, and one per
+running cloister, ``decisions/sessions/<cloister>.yaml``, removed when it stops) are
+shared by the hub that writes them, the proxy and the hostexec gateway that reload them
+and the human who may edit them. Domain entries go under ``allow``/``deny``; commands a
+human approved beyond "once" under ``hostexec.auto_approve`` (the exact command,
+anchored). Every change is a locked read-modify-write of the round-trip YAML document, so
 
 * concurrent writers (threads or processes) never lose each other's entries;
 * the write is atomic (a reader sees the old or the new file, never a torn one);
@@ -17,6 +20,7 @@ which is what lets an undo remove exactly the entry its decision wrote.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -24,12 +28,12 @@ from typing import Any, Literal
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from cloister_core.config.loader import load_text, parse_yaml, round_trip_yaml, validate_document
-from cloister_core.config.models import DecisionFile, RuleEntry
+from cloister_core.config.models import CommandPattern, DecisionFile, RuleEntry
 from cloister_core.fileio import atomic_write, locked
 from cloister_core.paths import CloisterPaths
 from cloister_core.rules import RuleAction
 
-DecisionScope = Literal["global", "project"]
+DecisionScope = Literal["global", "project", "session"]
 
 _HEADER = (
     "Decisions made in the Cloister approval UI ({where}).\n"
@@ -45,6 +49,15 @@ class DecisionChange:
     path: Path
     action: RuleAction
     entry: RuleEntry
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CommandChange:
+    """What approving (or undoing) one command did to one file."""
+
+    path: Path
+    pattern: str
     changed: bool
 
 
@@ -73,12 +86,15 @@ class DecisionStore:
     def __init__(self, paths: CloisterPaths) -> None:
         self._paths = paths
 
-    def path_for(self, scope: DecisionScope, project: str | None = None) -> Path:
+    def path_for(self, scope: DecisionScope, owner: str | None = None) -> Path:
+        """The file of *scope*; *owner* is the project (project) or the cloister (session)."""
         if scope == "global":
             return self._paths.global_decisions
-        if project is None:
-            raise ValueError("a project decision needs a project name")
-        return self._paths.project_decisions(project)
+        if owner is None:
+            raise ValueError(f"a {scope} decision needs its {scope}'s name")
+        if scope == "session":
+            return self._paths.session_decisions(owner)
+        return self._paths.project_decisions(owner)
 
     def load(self, scope: DecisionScope, project: str | None = None) -> DecisionFile:
         """The validated content of one decision file (empty when absent)."""
@@ -92,7 +108,11 @@ class DecisionStore:
         text = load_text(path)
         if text is None or not text.strip():
             document = CommentedMap()
-            where = "all projects" if scope == "global" else f"project {project}"
+            where = {
+                "global": "all projects",
+                "project": f"project {project}",
+                "session": f"the session of cloister {project}; removed when it stops",
+            }[scope]
             document.yaml_set_start_comment(_HEADER.format(where=where))
             return document
         document = parse_yaml(text, path)
@@ -148,3 +168,68 @@ class DecisionStore:
             del sequence[index]
             atomic_write(path, _dump(document), mode=0o644)
         return DecisionChange(path, action, entry, changed=True)
+
+    def add_command(
+        self, scope: DecisionScope, command: str, owner: str | None = None
+    ) -> CommandChange:
+        """Approve the exact *command* (canonical form) in the *scope* file."""
+        return self._change_command(scope, command, owner, add=True)
+
+    def remove_command(
+        self, scope: DecisionScope, command: str, owner: str | None = None
+    ) -> CommandChange:
+        """Undo :meth:`add_command`; ``changed`` is False if it was not there."""
+        return self._change_command(scope, command, owner, add=False)
+
+    def _change_command(
+        self, scope: DecisionScope, command: str, owner: str | None, *, add: bool
+    ) -> CommandChange:
+        pattern = command_pattern(command)
+        path = self.path_for(scope, owner)
+        with locked(path):
+            if not add and load_text(path) is None:
+                return CommandChange(path, pattern, changed=False)
+            document = self._read_document(path, scope, owner)
+            section = document.get("hostexec")
+            if not isinstance(section, CommentedMap):
+                section = CommentedMap()
+                document["hostexec"] = section
+            sequence = section.get("auto_approve")
+            present = [
+                index
+                for index, node in enumerate(sequence or ())
+                if isinstance(node, dict) and node.get("pattern") == pattern
+            ]
+            if add == bool(present):
+                return CommandChange(path, pattern, changed=False)
+            if add:
+                if not isinstance(sequence, CommentedSeq) or sequence.fa.flow_style():
+                    sequence = CommentedSeq(list(sequence or ()))
+                    section["auto_approve"] = sequence
+                node = CommentedMap()
+                node["pattern"] = pattern
+                sequence.append(node)
+            else:
+                del sequence[present[0]]
+            atomic_write(path, _dump(document), mode=0o644)
+        return CommandChange(path, pattern, changed=True)
+
+
+def command_pattern(command: str) -> str:
+    """The pattern that approves exactly *command* (its canonical form) and nothing else."""
+    pattern = "^" + re.escape(command) + "$"
+    CommandPattern(pattern=pattern)  # it compiles
+    return pattern
+
+
+def remove_session_decisions(paths: CloisterPaths, cloister: str) -> bool:
+    """Forget a cloister's session (at stop, and before a cloister of that name starts)."""
+    path = paths.session_decisions(cloister)
+    if not path.parent.is_dir():
+        return False
+    with locked(path):  # not in the middle of the hub's write
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+    return True

@@ -50,8 +50,8 @@ class DomainDecision(_Message):
     """The human's answer for a :class:`DomainRequest`.
 
     ``entry`` is the rule the decision stands for (the domain, or ``*.parent`` when the
-    wildcard box was ticked); for ``session`` scope the caller keeps it in memory, for
-    ``project`` and ``global`` the hub has already written it to the decision file.
+    wildcard box was ticked); for ``session``, ``project`` and ``global`` the hub has
+    already written it to the decision file (the cloister's session file for ``session``).
     """
 
     action: DomainAction

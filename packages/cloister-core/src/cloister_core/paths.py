@@ -11,6 +11,12 @@ Two roots, each overridable for tests and for the guardian containers:
 XDG is used on every platform (also macOS), as the original tool does, so that the
 paths printed in docs and error messages are the same everywhere. The environment is
 passed in explicitly; nothing here reads it at import time.
+
+A relative ``$CLOISTER_CONFIG_DIR`` or ``$CLOISTER_DATA_DIR`` is resolved against the
+current directory when :meth:`CloisterPaths.from_env` runs (the paths are handed to
+containers and daemons that run elsewhere). One that names something other than a
+directory is refused there, with one line that says so, rather than failing later in
+whatever first writes below it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cloister_core.errors import CloisterError
 from cloister_core.names import validate_name
 
 APP_NAME = "cloister"
@@ -30,11 +37,21 @@ def _home(environ: Mapping[str, str]) -> Path:
     return Path(home) if home else Path.home()
 
 
+class PathsError(CloisterError):
+    """A directory override that Cloister cannot use."""
+
+
 def _override(environ: Mapping[str, str], key: str) -> Path | None:
     value = environ.get(key, "").strip()
     if not value:
         return None
-    return Path(value).expanduser()
+    path = Path(value).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise PathsError(
+            f"{key} is {value!r}, which is not a directory; point it at a directory"
+            " (Cloister creates a missing one)"
+        )
+    return path
 
 
 def _xdg_base(environ: Mapping[str, str], key: str, fallback: str) -> Path:
@@ -55,7 +72,10 @@ class CloisterPaths:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CloisterPaths:
-        """Resolve both roots from *environ* (default: the process environment)."""
+        """Resolve both roots from *environ* (default: the process environment).
+
+        Raises :class:`PathsError` when an override names a file.
+        """
         env = os.environ if environ is None else environ
         config = _override(env, "CLOISTER_CONFIG_DIR")
         data = _override(env, "CLOISTER_DATA_DIR")
@@ -91,6 +111,14 @@ class CloisterPaths:
 
     def project_decisions(self, project: str) -> Path:
         return self.project_decisions_dir / f"{validate_name(project, what='project')}.yaml"
+
+    @property
+    def session_decisions_dir(self) -> Path:
+        return self.decisions_dir / "sessions"
+
+    def session_decisions(self, cloister: str) -> Path:
+        """A cloister's session decisions: removed when it stops (and before it starts)."""
+        return self.session_decisions_dir / f"{validate_name(cloister, what='cloister')}.yaml"
 
     @property
     def tokens_dir(self) -> Path:

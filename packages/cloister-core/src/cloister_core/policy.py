@@ -46,27 +46,28 @@ def load_project_policy(
     """
     config = load_global_config(paths, create=create_config)
     project_config = ProjectConfig()
+    global_decisions = load_decision_file(paths.global_decisions)
     layers = [
         (RuleSource("global", paths.config_file), config.proxy),
-        (
-            RuleSource("global-decisions", paths.global_decisions),
-            load_decision_file(paths.global_decisions),
-        ),
+        (RuleSource("global-decisions", paths.global_decisions), global_decisions),
     ]
     files = [paths.config_file, paths.global_decisions]
-    command_layers: list[tuple[Path, CommandRules]] = [(paths.config_file, config.hostexec)]
+    command_layers: list[tuple[Path, CommandRules]] = [
+        (paths.config_file, config.hostexec),
+        (paths.global_decisions, global_decisions.hostexec),
+    ]
     if project is not None:
         project_config = load_project_config(paths, project)
         decisions_path = paths.project_decisions(project)
+        project_decisions = load_decision_file(decisions_path)
         layers.insert(
             1, (RuleSource("project", paths.project_config(project)), project_config.proxy)
         )
-        layers.append(
-            (RuleSource("project-decisions", decisions_path), load_decision_file(decisions_path))
-        )
+        layers.append((RuleSource("project-decisions", decisions_path), project_decisions))
         files[1:1] = [paths.project_config(project)]
         files.append(decisions_path)
         command_layers.append((paths.project_config(project), project_config.hostexec))
+        command_layers.append((decisions_path, project_decisions.hostexec))
     return ProjectPolicy(
         project=project,
         config=config,

@@ -1,8 +1,9 @@
 """The domain policy: compiled allow/deny rules and the verdict for one destination.
 
-Rules come from five scopes, merged (DESIGN.md): the global ``config.yaml``, the
-project's ``projects/<p>.yaml``, the global and project decision files, and the
-session (in memory, per token). Evaluation order, across all scopes at once:
+Rules come from five scopes, merged: the global ``config.yaml``, the project's
+``projects/<p>.yaml``, the global and project decision files, and the cloister's
+session file (``decisions/sessions/<cloister>.yaml``, gone when it stops). Evaluation
+order, across all scopes at once:
 
 1. exact deny, 2. pattern deny, 3. exact allow, 4. pattern allow, 5. unlisted.
 
@@ -46,7 +47,7 @@ SCOPES: tuple[Scope, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class RuleSource:
-    """Where a rule was written: its scope and file (``None`` for the session)."""
+    """Where a rule was written: its scope and file (``None`` for rules built in code)."""
 
     scope: Scope
     file: Path | None = None

@@ -22,6 +22,14 @@ class PublicSuffixes:
     def is_public(self, name: str) -> bool:
         return bool(self._list.is_public(name))
 
+    def is_listed(self, name: str) -> bool:
+        """Whether the list itself names *name* as a public suffix (``com``, ``co.uk``).
+
+        Unlike :meth:`is_public`, an unknown top-level name (``intranet``, ``corp``) is
+        not one: the list's implicit ``*`` rule would flag every private network's names.
+        """
+        return bool(self._list.publicsuffix(name, accept_unknown=False) == name)
+
     def wildcard_for(self, host: Host) -> DomainPattern | None:
         """The ``*.parent`` pattern to offer for *host*; None for IPs and public suffixes.
 

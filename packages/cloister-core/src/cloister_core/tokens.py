@@ -5,6 +5,11 @@ to ``<config>/tokens/<cloister>`` (mode 0600); the guardian services load that
 directory read-only. The token value is a secret: records hide it from ``repr`` and
 logs (:class:`pydantic.SecretStr`), and a listing never shows it.
 
+A token is bound to its cloister's address on cloister-net (``address``, written by
+the CLI once the container has one): the services refuse it from any other address, so
+a cloister that learns another's token still cannot act as it. A record without an
+address (the moment between the container's creation and its address) is refused.
+
 Lookup is constant-time with respect to the secret: the presented token is keyed
 with HMAC-SHA256 under a random per-registry key and the digest is what the table is
 indexed by, so the time a lookup takes tells an attacker nothing about how close a
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import re
 import secrets
@@ -56,6 +62,7 @@ class TokenRecord(BaseModel):
     branch: str | None = None
     path: str
     created_at: AwareDatetime
+    address: str | None = None  # the cloister's address on cloister-net
 
     @field_validator("token")
     @classmethod
@@ -81,6 +88,27 @@ class TokenRecord(BaseModel):
             raise ValueError(f"path must be absolute, got {value!r}")
         return value
 
+    @field_validator("address")
+    @classmethod
+    def _ip_address(cls, value: str | None) -> str | None:
+        return str(ipaddress.ip_address(value)) if value is not None else None
+
+    def accepts_from(self, peer: str | None) -> bool:
+        """Whether a request from *peer* may use this token: its cloister's address only."""
+        if self.address is None or peer is None:
+            return False
+        try:
+            address = ipaddress.ip_address(peer.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # a dual-stack socket's view of an IPv4 peer
+        return address == ipaddress.ip_address(self.address)
+
+    def bound_to(self, address: str) -> TokenRecord:
+        """This record, bound to *address*."""
+        return self.model_copy(update={"address": str(ipaddress.ip_address(address))})
+
     @field_serializer("token", when_used="json")
     def _reveal_token(self, value: SecretStr) -> str:
         # Only the token file's JSON holds the value; repr and model_dump() mask it.
@@ -92,7 +120,13 @@ class TokenRecord(BaseModel):
 
     @classmethod
     def create(
-        cls, *, cloister: str, project: str, path: Path, branch: str | None = None
+        cls,
+        *,
+        cloister: str,
+        project: str,
+        path: Path,
+        branch: str | None = None,
+        address: str | None = None,
     ) -> TokenRecord:
         """A record with a fresh token, created now."""
         return cls(
@@ -102,6 +136,7 @@ class TokenRecord(BaseModel):
             branch=branch,
             path=str(path),
             created_at=datetime.now(UTC),
+            address=address,
         )
 
 
@@ -138,6 +173,25 @@ def remove_token_file(tokens_dir: Path, cloister: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def remove_tokens_bound_to(tokens_dir: Path, address: str) -> list[str]:
+    """Delete the token files bound to *address*; the cloisters they named.
+
+    A container that stopped without ``cloister stop`` (a reboot, ``docker rm``) leaves
+    its token behind, and the engine gives its address to the next container: that
+    token must not work from there. Unreadable files are left to the services' report.
+    """
+    address = str(ipaddress.ip_address(address))
+    removed = []
+    for path in sorted(tokens_dir.glob("[!.]*")):
+        try:
+            record = read_token_file(path)
+        except TokenError:
+            continue
+        if record.address == address and remove_token_file(tokens_dir, record.cloister):
+            removed.append(record.cloister)
+    return removed
 
 
 def _encode(token: str) -> bytes:

@@ -17,9 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cloister_core.commands import CommandPolicy
+from cloister_core.config import load_decision_file
 from cloister_core.errors import CloisterError, ConfigError
 from cloister_core.paths import CloisterPaths
 from cloister_core.policy import ProjectPolicy, load_project_policy
+from cloister_core.rules import Policy, RuleSource, build_policy
 from cloister_core.tokens import TokenRecord, TokenRegistry
 
 Signature = tuple[int, int, int] | None
@@ -102,6 +105,60 @@ class PolicyBook:
         self._loaded.pop(project, None)
 
 
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A cloister's session decisions: its domain rules and its approved commands."""
+
+    domains: Policy | None
+    commands: CommandPolicy
+
+
+EMPTY_SESSION = Session(None, CommandPolicy())
+
+
+class SessionBook:
+    """Each cloister's ``decisions/sessions/<cloister>.yaml``, re-read when it changes.
+
+    The approval hub writes it; a lookup costs one ``stat``. A file that does not parse
+    keeps the last good session (reported once).
+    """
+
+    def __init__(self, paths: CloisterPaths, report: Callable[[str], None]) -> None:
+        self._paths = paths
+        self._report = report
+        self._loaded: dict[str, tuple[Signature, Session]] = {}
+        self._errors: dict[str, str] = {}
+
+    def get(self, cloister: str) -> Session:
+        path = self._paths.session_decisions(cloister)
+        signature = file_signature(path)
+        loaded = self._loaded.get(cloister)
+        if loaded is not None and loaded[0] == signature:
+            return loaded[1]
+        if signature is None:
+            self._loaded.pop(cloister, None)
+            return EMPTY_SESSION
+        try:
+            rules = load_decision_file(path)
+        except (ConfigError, CloisterError, OSError) as error:
+            if self._errors.get(cloister) != str(error):
+                self._errors[cloister] = str(error)
+                self._report(f"session decisions unreadable, keeping the last good: {error}")
+            return loaded[1] if loaded is not None else EMPTY_SESSION
+        self._errors.pop(cloister, None)
+        domains = (
+            build_policy([(RuleSource("session", path), rules)])
+            if rules.allow or rules.deny
+            else None
+        )
+        session = Session(domains, CommandPolicy.from_rules([(path, rules.hostexec)]))
+        self._loaded[cloister] = (signature, session)
+        return session
+
+    def forget(self, cloister: str) -> None:
+        self._loaded.pop(cloister, None)
+
+
 class TokenDirectory:
     """The token registry of ``<config>/tokens``, re-read when the directory changes."""
 
@@ -109,15 +166,17 @@ class TokenDirectory:
         self._dir = tokens_dir
         self._report = report
         self._signature: tuple[tuple[str, Signature], ...] | None = None
+        self._files: dict[str, Signature] = {}
         self._directory_mtime: int | None = None
         self._gone: list[TokenRecord] = []
         self.registry = TokenRegistry()
 
     def lookup(self, token: str) -> TokenRecord | None:
-        """The record of *token*, if its file still exists.
+        """The record of *token*, if its file still exists, unchanged.
 
         One ``stat`` per request makes revocation immediate: the moment ``cloister stop``
-        has deleted the file, the token stops working, without waiting for a poll. An
+        has deleted the file (or ``start`` replaced it), the token stops working, without
+        waiting for a poll. An
         unknown token costs one ``stat`` of the directory, and a re-read if it changed,
         so a cloister's first request right after ``cloister start`` is not refused.
         """
@@ -128,10 +187,13 @@ class TokenDirectory:
                 record = self.registry.lookup(token)
             if record is None:
                 return None
-        try:
-            (self._dir / record.cloister).stat()
-        except OSError:
+        current = file_signature(self._dir / record.cloister)
+        if current is None:
             return None
+        if current != self._files.get(record.cloister):
+            # Replaced (stopped and started again): only the new file's token counts.
+            self._reload()
+            return self.registry.lookup(token)
         return record
 
     def refresh(self, *, force: bool = False) -> list[TokenRecord]:
@@ -166,3 +228,4 @@ class TokenDirectory:
         self._gone += [record for record in self.registry if record.secret not in registry]
         self.registry = registry
         self._signature = signature
+        self._files = dict(signature)

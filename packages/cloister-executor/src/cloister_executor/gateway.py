@@ -6,8 +6,9 @@ approval hub), and it has the executor's socket directory mounted. For each
 
 1. the token identifies the cloister (a ``cmd`` field, if sent, is never used);
 2. argv is checked (not empty, no NUL, a bounded body) and rendered canonically;
-3. ``auto_approve`` runs it, ``manual_approve`` asks the hub and waits, anything else is
-   ``denied`` with the reason;
+3. ``auto_approve`` runs it, ``manual_approve`` asks the hub and waits (unless a human
+   approved the exact command for the cloister's session), anything else is ``denied``
+   with the reason;
 4. the executor runs it in the cloister's own host directory and the answer is
    ``{status, exit_code, stdout, stderr, reason, stdout_truncated, stderr_truncated}``.
 
@@ -31,6 +32,7 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -50,8 +52,9 @@ from cloister_core.hub import (
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
 from cloister_core.stack import HOSTEXEC_PORT
 from cloister_core.tokens import TokenRecord
-from cloister_core.watch import PolicyBook, TokenDirectory
+from cloister_core.watch import PolicyBook, SessionBook, TokenDirectory
 from cloister_executor.client import ExecutorClient, ExecutorUnavailableError
+from cloister_executor.limits import PerAddressLimit
 from cloister_executor.protocol import ExecRefusal
 
 Status = Literal["auto_approved", "approved", "denied", "timeout", "error"]
@@ -97,6 +100,9 @@ class GatewaySettings(BaseSettings):
         default=timedelta(minutes=5), description="how long a manual command waits for a human"
     )
     max_body: int = Field(default=64 * 1024, ge=1024, description="largest request body accepted")
+    max_requests_per_address: int = Field(
+        default=16, ge=1, description="requests in flight at once from one address (429 beyond)"
+    )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
     audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
 
@@ -185,6 +191,7 @@ class Gateway:
         self._audit = audit
         self._tokens = TokenDirectory(settings.paths.tokens_dir, self._report)
         self._policies = PolicyBook(settings.paths, self._report)
+        self._sessions = SessionBook(settings.paths, self._report)
         self._refreshed = 0.0
         self._credential = settings.credential()
 
@@ -210,6 +217,14 @@ class Gateway:
         self._refresh()
         return self._tokens.lookup(token) if token else None
 
+    def refuse_elsewhere(self, record: TokenRecord, peer: str | None) -> None:
+        """Say (report and audit) that *record*'s token came from another address."""
+        self._report(
+            f"refused the token of cloister {record.cloister!r} from {peer}"
+            f" (its cloister is at {record.address})"
+        )
+        self._audit.write("hostexec.refused", peer=peer, reason="token-address")
+
     async def handle(self, record: TokenRecord, request: HostexecIn) -> HostexecOut:
         policy = self._policies.get(record.project)
         # One id ties a request's audit lines together when requests overlap.
@@ -223,6 +238,11 @@ class Gateway:
             problem = self._policies.error(record.project) or "unknown"
             return HostexecOut(status="error", reason=f"configuration error: {problem}")
         verdict = policy.commands.decide(request.args)  # InvalidCommandError: the caller's 400
+        if verdict.action == "manual_approve":
+            # A human approved this exact command for the session (the session file).
+            in_session = self._sessions.get(record.cloister).commands.decide(request.args)
+            if in_session.action == "auto_approve":
+                verdict = in_session
         self._log("hostexec.request", who, argv=request.args, command=verdict.command)
         refused = _unsafe_git(request.args)
         if refused is not None:  # before a human is asked: the executor refuses it anyway
@@ -352,6 +372,17 @@ async def request_endpoint(request: Request) -> Response:
             401,
             lines=lines,
         )
+    peer = request.client.host if request.client else None
+    if not record.accepts_from(peer):
+        gateway.refuse_elsewhere(record, peer)
+        return answer(
+            HostexecOut(
+                status="error",
+                reason="this token belongs to another cloister; use your own ($CLOISTER_TOKEN)",
+            ),
+            401,
+            lines=lines,
+        )
     body = await request.body()
     if len(body) > settings.max_body:
         return answer(
@@ -401,6 +432,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             Route("/healthz", health, methods=["GET"]),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(PerAddressLimit, limit=settings.max_requests_per_address)],
     )
     app.state.settings = settings
     return app

@@ -24,7 +24,13 @@ from cloister_proxy.addresses import AddressCheck
 from cloister_proxy.http1 import HttpError, ProxyTarget, RequestHead, render_response
 
 ReasonCode = Literal[
-    "denied", "not-approved", "approval-timeout", "private-address", "port-not-allowed"
+    "denied",
+    "not-approved",
+    "approval-timeout",
+    "private-address",
+    "port-not-allowed",
+    "token-address",
+    "connection-limit",
 ]
 REASON_HEADER = "X-Cloister-Reason"
 PROXY_AUTHENTICATE = ("Proxy-Authenticate", 'Basic realm="cloister"')
@@ -243,4 +249,15 @@ TOO_MANY_FOR_TOKEN = Refusal(
     429, "cloister: this cloister has too many connections open through the proxy; close some"
 )
 TOO_MANY = Refusal(503, "cloister: the proxy is at its connection limit; retry shortly")
+TOO_MANY_UNAUTHENTICATED = Refusal(
+    429,
+    "cloister: too many connections from this address that have not authenticated",
+    "connection-limit",
+)
+TOKEN_ELSEWHERE = Refusal(
+    407,
+    "cloister: this token belongs to another cloister; use your own ($CLOISTER_TOKEN)",
+    "token-address",
+    headers=(PROXY_AUTHENTICATE,),
+)
 HEAD_TIMEOUT = Refusal(408, "cloister: the request head did not arrive in time")

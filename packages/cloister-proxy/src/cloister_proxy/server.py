@@ -1,8 +1,9 @@
 """The proxy's socket layer: accept, read heads, dial upstream, relay.
 
-This module (with :mod:`cloister_proxy.relay` for the tunnel pumps) is the only code
-that touches sockets; it feeds bytes to the sans-I/O parser (:mod:`http1`) and asks
-the pure decision layer (:mod:`gate`) what to do, then does it.
+This module (with :mod:`relay` for the tunnel pumps, :mod:`dialing` for connecting
+upstream and :mod:`forwarding` for plain HTTP) is the only code that touches sockets;
+it feeds bytes to the sans-I/O parser (:mod:`http1`) and asks the pure decision layer
+(:mod:`gate`) what to do, then does it.
 
 Concurrency is structured: one :class:`asyncio.TaskGroup` owns the accept loop, the
 reload loop, every connection handler and every pending approval question;
@@ -17,35 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import ipaddress
-import os
 import signal
 import socket
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from cloister_core.audit import AuditLog
 from cloister_core.hub import DomainRequest
 from cloister_core.policy import ProjectPolicy
 from cloister_core.tokens import TokenRecord
 from cloister_proxy import gate
-from cloister_proxy.addresses import IPAddress, parse_address
+from cloister_proxy.addresses import IPAddress
 from cloister_proxy.approvals import ApprovalHub, HubUnavailableError, PendingApprovals
+from cloister_proxy.dialing import dial
+from cloister_proxy.exchange import Client, ClientGoneError, Exchange, Upstream
+from cloister_proxy.forwarding import forward
 from cloister_proxy.http1 import (
     CONNECT_ESTABLISHED,
-    BodyTracker,
     HttpError,
     ProxyTarget,
     RequestHead,
     find_head_end,
     parse_request_head,
-    parse_response_head,
     parse_target,
-    render_forward_request,
-    render_forward_response,
     render_response,
 )
 from cloister_proxy.relay import COPY_BUFFER, Tunnel
@@ -54,66 +48,6 @@ from cloister_proxy.state import ProxyState
 
 RECV_SIZE = 256 * 1024
 LISTEN_BACKLOG = 4096
-
-
-class ClientGoneError(Exception):
-    """The client closed the connection or stopped talking in time."""
-
-
-@dataclass(slots=True)
-class Exchange:
-    """What one request did, for its audit line."""
-
-    method: str = ""
-    host: str = ""
-    port: int = 0
-    record: TokenRecord | None = None
-    status: int = 0
-    verdict: str = "error"
-    reason: str | None = None
-    rule: str | None = None
-    rule_file: str | None = None
-    address: str | None = None
-    bytes_up: int = 0
-    bytes_down: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    def audit_fields(self) -> dict[str, Any]:
-        return {
-            "cloister": self.record.cloister if self.record else None,
-            "project": self.record.project if self.record else None,
-            "method": self.method,
-            "host": self.host,
-            "port": self.port,
-            "status": self.status,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "rule": self.rule,
-            "file": self.rule_file,
-            "address": self.address,
-            "bytes_up": self.bytes_up,
-            "bytes_down": self.bytes_down,
-            "duration_ms": round((time.monotonic() - self.started) * 1000, 3),
-        }
-
-
-@dataclass(slots=True)
-class Upstream:
-    """A dialled upstream connection, and response bytes read but not yet relayed."""
-
-    sock: socket.socket
-    address: IPAddress
-    buffer: bytearray = field(default_factory=bytearray)
-
-
-@dataclass(slots=True)
-class Client:
-    """One client connection: its socket, unread bytes, and the cloister it is charged to."""
-
-    sock: socket.socket
-    task: asyncio.Task[None] | None
-    buffer: bytearray = field(default_factory=bytearray)
-    token: str | None = None
 
 
 class ProxyServer:
@@ -134,6 +68,7 @@ class ProxyServer:
         self._report = report
         self._active = 0
         self._per_token: dict[str, int] = {}
+        self._unauthenticated: dict[str, int] = {}  # per peer address
         self._tasks_by_token: dict[str, set[asyncio.Task[None]]] = {}
         self._reload_now = asyncio.Event()
         self._approvals: PendingApprovals | None = None
@@ -196,7 +131,7 @@ class ProxyServer:
         def accept_all() -> None:
             for _ in range(LISTEN_BACKLOG):
                 try:
-                    conn, _peer = listener.accept()
+                    conn, peer = listener.accept()
                 except (BlockingIOError, InterruptedError):
                     return
                 except OSError as error:  # EMFILE and friends: report, keep serving
@@ -204,7 +139,7 @@ class ProxyServer:
                     return
                 conn.setblocking(False)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                tasks.create_task(self._handle(conn))
+                tasks.create_task(self._handle(conn, str(peer[0])))
 
         loop.add_reader(listener.fileno(), accept_all)
         try:
@@ -229,17 +164,23 @@ class ProxyServer:
 
     # -- per connection ------------------------------------------------------------------
 
-    async def _handle(self, conn: socket.socket) -> None:
-        client = Client(conn, asyncio.current_task())
+    async def _handle(self, conn: socket.socket, peer: str) -> None:
+        client = Client(conn, asyncio.current_task(), peer)
         self._active += 1
+        waiting = self._unauthenticated.get(peer, 0) + 1
+        self._unauthenticated[peer] = waiting
         try:
             if self._active > self._settings.max_connections:
                 with contextlib.suppress(OSError):
                     conn.send(gate.TOO_MANY.render())
                 return
+            if waiting > self._settings.max_unauthenticated_per_address:
+                with contextlib.suppress(OSError):
+                    conn.send(gate.TOO_MANY_UNAUTHENTICATED.render())
+                return
             first = True
             while True:
-                exchange = Exchange()
+                exchange = Exchange(peer=peer)
                 try:
                     head, client.buffer = await self._read_head(conn, client.buffer, first=first)
                 except ClientGoneError:
@@ -256,8 +197,15 @@ class ProxyServer:
             self._report(f"internal error on a connection: {type(error).__name__}: {error}")
         finally:
             self._active -= 1
+            if client.token is None:
+                self._forget_unauthenticated(peer)
             self._release(client)
             conn.close()
+
+    def _forget_unauthenticated(self, peer: str) -> None:
+        remaining = self._unauthenticated.pop(peer, 1) - 1
+        if remaining > 0:
+            self._unauthenticated[peer] = remaining
 
     def _charge(self, client: Client, record: TokenRecord) -> bool:
         """Count this connection against its cloister's limit (once); False if over it."""
@@ -268,6 +216,7 @@ class ProxyServer:
             return False
         self._per_token[record.secret] = count + 1
         client.token = record.secret
+        self._forget_unauthenticated(client.peer)  # charged to its cloister from now on
         if client.task is not None:
             self._tasks_by_token.setdefault(record.secret, set()).add(client.task)
         return True
@@ -345,14 +294,8 @@ class ProxyServer:
             return False
         exchange.host, exchange.port = target.host, target.port
 
-        record = gate.authenticate(head, self._state.tokens)
+        record = await self._authenticate(client, head, exchange)
         if record is None:
-            exchange.reason = "proxy-auth"
-            await self._refuse(conn, exchange, gate.AUTH_REQUIRED)
-            return False
-        exchange.record = record
-        if not self._charge(client, record):
-            await self._refuse(conn, exchange, gate.TOO_MANY_FOR_TOKEN)
             return False
 
         outcome = await self._admit(target, record, exchange)
@@ -370,10 +313,44 @@ class ProxyServer:
             if target.kind == "connect":
                 await self._tunnel(client, upstream, exchange)
                 return False
-            return await self._forward(client, head, target, upstream, exchange)
+            keep, failure = await forward(
+                self.loop,
+                client,
+                head,
+                target,
+                upstream=upstream,
+                exchange=exchange,
+                idle=self._settings.idle_timeout.total_seconds(),
+            )
+            if failure is not None:
+                await self._refuse(conn, exchange, gate.bad_request(failure))
+            return keep
         finally:
             upstream.sock.close()
             self._write_audit(exchange)
+
+    async def _authenticate(
+        self, client: Client, head: RequestHead, exchange: Exchange
+    ) -> TokenRecord | None:
+        """The cloister this request is from, charged; None when refused (and answered)."""
+        conn = client.sock
+        record = gate.authenticate(head, self._state.tokens)
+        if record is None:
+            exchange.reason = "proxy-auth"
+            await self._refuse(conn, exchange, gate.AUTH_REQUIRED)
+            return None
+        if not record.accepts_from(client.peer):
+            self._report(
+                f"refused the token of cloister {record.cloister!r} from {client.peer}"
+                f" (its cloister is at {record.address})"
+            )
+            await self._refuse(conn, exchange, gate.TOKEN_ELSEWHERE)
+            return None
+        exchange.record = record
+        if not self._charge(client, record):
+            await self._refuse(conn, exchange, gate.TOO_MANY_FOR_TOKEN)
+            return None
+        return record
 
     async def _tunnel(self, client: Client, upstream: Upstream, exchange: Exchange) -> None:
         """Answer 200 and relay both ways until the tunnel ends."""
@@ -431,7 +408,7 @@ class ProxyServer:
         decision = gate.decide(
             destination,
             policy,
-            self._state.sessions.policy(record),
+            self._state.session_policy(record),
             hub_configured=self._approvals is not None,
         )
         if isinstance(decision, gate.NeedsApproval):
@@ -466,11 +443,15 @@ class ProxyServer:
             decision = await self._approvals.decide(request, timeout)
         except HubUnavailableError as error:
             return gate.hub_unavailable(destination, str(error))
-        if decision is not None and decision.action in ("allow", "deny") and decision.entry:
-            if decision.scope == "session":
-                self._state.sessions.add(record, decision.action, decision.entry)
-            elif decision.scope in ("project", "global"):
-                self.request_reload()  # the hub has written the decision file
+        if (
+            decision is not None
+            and decision.action in ("allow", "deny")
+            and decision.entry
+            and decision.scope in ("project", "global")
+        ):
+            # The hub has written the decision file; a session decision is in the
+            # cloister's session file, which is read per request.
+            self.request_reload()
         exchange.rule = decision.entry.target if decision and decision.entry else None
         exchange.rule_file = f"approval ({decision.scope})" if decision and decision.scope else None
         return gate.after_approval(destination, decision, timeout)
@@ -480,193 +461,16 @@ class ProxyServer:
     async def _dial(
         self, destination: gate.Destination, policy: ProjectPolicy, exchange: Exchange
     ) -> Upstream | gate.Refusal:
-        """Resolve, check every answer, and connect to the first that accepts."""
-        loop = self.loop
-        seconds = self._settings.connect_timeout.total_seconds()
-        host, port = destination.host, destination.port
-        guard = self._state.guard_for(policy)
-        try:
-            async with asyncio.timeout(seconds):
-                if host.is_ip:
-                    addresses: list[IPAddress] = [ipaddress.ip_address(host.name)]
-                else:
-                    try:
-                        infos = await loop.getaddrinfo(
-                            host.name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-                        )
-                    except socket.gaierror as error:
-                        return gate.upstream_unreachable(destination, f"cannot resolve: {error}")
-                    addresses = _unique_addresses(infos)
-                refused = guard.first_refused(addresses)
-                if refused is not None:
-                    exchange.address = str(refused.address)
-                    return gate.private_address(destination, refused)
-                if self._is_self(addresses, port):
-                    return gate.Refusal(
-                        403, "cloister: the proxy will not connect to itself", "private-address"
-                    )
-                problem = "no address"
-                for address in addresses:
-                    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-                    # Created non-blocking: no separate ioctl per connection.
-                    sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
-                    try:
-                        await _connect(loop, sock, (str(address), port))
-                    except OSError as error:
-                        sock.close()
-                        problem = error.strerror or str(error)
-                        continue
-                    except BaseException:
-                        sock.close()
-                        raise
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    exchange.address = str(address)
-                    return Upstream(sock, address)
-                return gate.upstream_unreachable(destination, problem)
-        except TimeoutError:
-            return gate.upstream_timeout(destination, seconds)
+        return await dial(
+            self.loop,
+            destination,
+            self._state.guard_for(policy),
+            exchange,
+            seconds=self._settings.connect_timeout.total_seconds(),
+            is_self=self._is_self,
+        )
 
     def _is_self(self, addresses: list[IPAddress], port: int) -> bool:
         if self.address is None or port != self.address[1]:
             return False
         return any(self._state.is_own_address(address) for address in addresses)
-
-    # -- plain HTTP ------------------------------------------------------------------------
-
-    async def _forward(
-        self,
-        client: Client,
-        head: RequestHead,
-        target: ProxyTarget,
-        upstream: Upstream,
-        exchange: Exchange,
-    ) -> bool:
-        """Relay one plain-HTTP exchange; True if the client connection stays open."""
-        loop = self.loop
-        keep = False
-        failure: HttpError | None = None
-        try:
-            await loop.sock_sendall(upstream.sock, render_forward_request(head, target))
-            request_body = BodyTracker(head.framing)
-            async with asyncio.TaskGroup() as tasks:
-                sender = tasks.create_task(
-                    self._send_body(client, upstream.sock, request_body, exchange)
-                )
-                keep = await self._relay_response(client.sock, head, upstream, exchange)
-                if not request_body.done:
-                    sender.cancel()  # the response came first; this connection must end
-                    keep = False
-        except* (OSError, ClientGoneError, TimeoutError):
-            keep = False
-        except* HttpError as group:
-            keep = False
-            first = group.exceptions[0]
-            failure = first if isinstance(first, HttpError) else HttpError(502, str(first))
-        if failure is not None and exchange.status == 0:
-            await self._refuse(client.sock, exchange, gate.bad_request(failure))
-            return False
-        return keep and head.keep_alive
-
-    async def _send_body(
-        self, client: Client, upstream: socket.socket, tracker: BodyTracker, exchange: Exchange
-    ) -> None:
-        """Relay the request body; what follows it stays in the client's buffer."""
-        loop = self.loop
-        idle = self._settings.idle_timeout.total_seconds()
-        conn, buffer = client.sock, client.buffer
-        data = bytes(buffer)
-        buffer.clear()
-        while True:
-            taken = tracker.feed(data)
-            if taken:
-                await loop.sock_sendall(upstream, data[:taken])
-                exchange.bytes_up += taken
-            if tracker.done:
-                buffer += data[taken:]
-                return
-            async with asyncio.timeout(idle):
-                data = await loop.sock_recv(conn, RECV_SIZE)
-            if not data:
-                raise ClientGoneError
-
-    async def _relay_response(
-        self, conn: socket.socket, head: RequestHead, upstream: Upstream, exchange: Exchange
-    ) -> bool:
-        """Relay interim responses and the final one; True if both sides may keep alive."""
-        loop = self.loop
-        idle = self._settings.idle_timeout.total_seconds()
-        pending = upstream.buffer
-        while True:
-            scanned = 0
-            while (end := _response_head_end(pending, scanned)) < 0:
-                scanned = len(pending)
-                async with asyncio.timeout(idle):
-                    data = await loop.sock_recv(upstream.sock, RECV_SIZE)
-                if not data:
-                    raise HttpError(502, "upstream closed the connection without a response")
-                pending += data
-            response = parse_response_head(bytes(pending[:end]), head.method)
-            del pending[:end]
-            close = response.status >= 200 and not (response.keep_alive and head.keep_alive)
-            await loop.sock_sendall(conn, render_forward_response(response, close=close))
-            if response.status >= 200:
-                break
-        exchange.status = response.status
-        tracker = BodyTracker(response.framing)
-        data = bytes(pending)
-        pending.clear()
-        while True:
-            taken = tracker.feed(data)
-            if taken:
-                await loop.sock_sendall(conn, data[:taken])
-                exchange.bytes_down += taken
-            if tracker.done:
-                return not close
-            async with asyncio.timeout(idle):
-                data = await loop.sock_recv(upstream.sock, RECV_SIZE)
-            if not data:
-                if tracker.kind == "close":
-                    return False
-                raise HttpError(502, "upstream closed the connection mid-body")
-
-
-async def _connect(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, address: tuple[str, int]
-) -> None:
-    """Non-blocking connect; skips the wait for writability when it is already done.
-
-    On loopback and fast local networks the handshake has usually completed by the
-    time ``connect()`` returns EINPROGRESS; one check saves a trip through the loop.
-    """
-    error = sock.connect_ex(address)
-    if error in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
-        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if error == 0:
-            try:
-                sock.getpeername()
-            except OSError:  # not connected yet: wait like everyone else
-                await loop.sock_connect(sock, address)
-            return
-    if error not in (0, errno.EISCONN):
-        raise OSError(error, os.strerror(error))
-
-
-def _response_head_end(buffer: bytearray, start: int) -> int:
-    try:
-        return find_head_end(buffer, start)
-    except HttpError:  # 431 is for clients; an oversized response is the upstream's fault
-        raise HttpError(502, "the upstream's response head is too large") from None
-
-
-def _unique_addresses(infos: list[tuple[Any, ...]]) -> list[IPAddress]:
-    seen: list[IPAddress] = []
-    for info in infos:
-        text = str(info[4][0])
-        try:
-            address = parse_address(text)
-        except ValueError:
-            # A scoped (link-local) IPv6 answer: classify it without the scope id.
-            address = ipaddress.ip_address(text.split("%", 1)[0])
-        if address not in seen:
-            seen.append(address)
-    return seen

@@ -74,6 +74,12 @@ class ProxySettings(BaseSettings):
     max_connections: int = Field(
         default=4096, ge=1, description="connections at once (503 past it)"
     )
+    max_unauthenticated_per_address: int = Field(
+        default=64,
+        ge=1,
+        description="connections one address may hold before a request authenticated"
+        " (one cloister cannot take the whole max_connections)",
+    )
     max_connections_per_token: int = Field(
         default=512, ge=1, description="connections at once per cloister (429 past it)"
     )

@@ -1,4 +1,10 @@
-"""``cloister start | list | path | stop | exec``."""
+"""``cloister start | list | path | stop | exec``.
+
+The library modules are imported in the commands that use them: ``cloister list``
+and shell completion (which loads this module to complete a cloister's name) answer
+while a person waits, and the lifecycle pulls in the docker SDK, the config models and
+the hub client (about half a second on a small machine).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,26 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import agentstate, cloisters, lifecycle
+from cloister_cli import completion_sources, listing
 from cloister_cli.commands.output import build_progress, console, note, print_json, warn
-from cloister_cli.commands.review import print_report
-from cloister_cli.lifecycle import Context
 from cloister_core import stack
+
+if TYPE_CHECKING:
+    from cloister_cli.lifecycle import Context
 
 
 @click.command()
-@click.option("-p", "--project", "project_name", help="Project name (default: the directory's).")
+@click.option(
+    "-p",
+    "--project",
+    "project_name",
+    help="Project name (default: the directory's).",
+    shell_complete=completion_sources.project_names,
+)
 @click.option("-b", "--branch", help="Work on BRANCH in its own git worktree.")
 @click.option("-d", "--detach", is_flag=True, help="Start it, but do not attach a shell.")
 @click.option(
@@ -54,6 +68,8 @@ def start(
       cloister start -b feature/login     # worktree + cloister my-api-feature-login
       cloister start -p work-my-api       # when another project is called my-api
     """
+    from cloister_cli import agentstate, lifecycle  # noqa: PLC0415 - see the module docstring
+
     agent = agent or context.config.defaults.agent
     with build_progress() as progress:
         outcome = lifecycle.start(
@@ -94,8 +110,7 @@ def start(
 
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.pass_obj
-def list_command(context: Context, as_json: bool) -> None:
+def list_command(as_json: bool) -> None:
     """List the cloisters on this machine.
 
     \b
@@ -103,7 +118,8 @@ def list_command(context: Context, as_json: bool) -> None:
       cloister list
       cloister list --json | jq -r '.[].name'
     """
-    found = cloisters.list_cloisters(context.docker)
+    # Not the shared Context: this asks the engine without the docker SDK (see listing).
+    found = listing.list_cloisters(listing.connect())
     if as_json:
         print_json([info.to_json() for info in found])
         return
@@ -119,14 +135,14 @@ def list_command(context: Context, as_json: bool) -> None:
             info.project,
             info.branch or "-",
             info.status,
-            cloisters.age(info.created),
+            listing.age(info.created),
             info.path,
         )
     console().print(table)
 
 
 @click.command("path")
-@click.argument("name")
+@click.argument("name", shell_complete=completion_sources.cloister_names)
 @click.pass_obj
 def path_command(context: Context, name: str) -> None:
     """Print the host directory a cloister works in.
@@ -136,6 +152,8 @@ def path_command(context: Context, name: str) -> None:
       cloister path my-api
       cd "$(cloister path my-api-feature-login)"
     """
+    from cloister_cli import cloisters  # noqa: PLC0415 - see the module docstring
+
     container = cloisters.find(context.docker, name)
     if container is None:
         raise click.ClickException(f"no cloister {name!r} (`cloister list`)")
@@ -143,7 +161,7 @@ def path_command(context: Context, name: str) -> None:
 
 
 @click.command()
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=completion_sources.cloister_names)
 @click.option("--all", "stop_all", is_flag=True, help="Stop every cloister.")
 @click.pass_obj
 def stop(context: Context, name: str | None, stop_all: bool) -> None:
@@ -158,10 +176,13 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
       cloister stop my-api-feature-login
       cloister stop --all
     """
+    from cloister_cli import lifecycle  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.commands.review import print_report  # noqa: PLC0415
+
     if stop_all and name:
         raise click.UsageError("give a NAME or --all, not both")
     names = (
-        [info.name for info in cloisters.list_cloisters(context.docker)]
+        [info.name for info in listing.list_cloisters(context.docker)]
         if stop_all
         else [name or lifecycle.name_for_directory(context, Path.cwd())]
     )
@@ -200,7 +221,13 @@ class _ExecCommand(click.Command):
 
 @click.command("exec", cls=_ExecCommand, context_settings={"allow_interspersed_args": False})
 @click.option("-w", "--workdir", help="Directory to run in (relative ones are under /work).")
-@click.argument("words", nargs=-1, type=click.UNPROCESSED, metavar="[NAME] -- COMMAND [ARGS]...")
+@click.argument(
+    "words",
+    nargs=-1,
+    type=click.UNPROCESSED,
+    metavar="[NAME] -- COMMAND [ARGS]...",
+    shell_complete=completion_sources.exec_cloister_names,
+)
 @click.pass_obj
 def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) -> None:
     """Run a command in a running cloister, with its environment.
@@ -216,6 +243,8 @@ def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) 
       cloister exec my-api -w src -- ls
       cloister start -d --agent claude && cloister exec -- claude -p "fix the build"
     """
+    from cloister_cli import lifecycle  # noqa: PLC0415 - see the module docstring
+
     command: list[str] | None = click.get_current_context().meta.get("exec.command")
     if command is None:  # docker's form: NAME COMMAND...
         if len(words) < 2:

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from cloister_cli import lifecycle
-from cloister_cli.commands.output import build_progress, console, print_json
+from cloister_cli.commands.output import build_progress, console, note, print_json
 from cloister_cli.lifecycle import Context
 
 
@@ -38,7 +38,9 @@ def guardian_start(context: Context, build: bool) -> None:
         started = lifecycle.ensure_guardian(context, progress, rebuild=build)
     status = context.guardian.status()
     verb = "started" if started else "already running"
-    console().print(f"guardian {verb}; approvals at {status.ui}")
+    console().print(
+        f"guardian {verb}; approvals at {status.ui} (log a browser in: `cloister guardian open`)"
+    )
 
 
 @guardian.command("stop")
@@ -82,17 +84,32 @@ def guardian_status(context: Context, as_json: bool) -> None:
 
 
 @guardian.command("open")
+@click.option("--no-browser", is_flag=True, help="Only print the login URL.")
 @click.pass_obj
-def guardian_open(context: Context) -> None:
-    """Open the approval UI in a browser (and print its address).
+def guardian_open(context: Context, no_browser: bool) -> None:
+    """Log a browser in to the approval UI with a one-time login link.
+
+    The link carries a ticket made from this machine's hub secret
+    (<data>/guardian/hub.secret): it works once, within a minute, and leaves the
+    browser with a login cookie. The browser is handed a private file that leads to
+    the link (never the link itself: a program's arguments are visible to every user
+    of the machine). Open the UI again later with the plain address.
 
     \b
     Examples:
       cloister guardian open
+      cloister guardian open --no-browser   # print the link, e.g. to open it elsewhere
     """
-    url = context.guardian.ui_url
-    click.echo(url)
-    webbrowser.open(url)
+    hub = context.hub
+    if no_browser:
+        click.echo(hub.login_url())
+        return
+    page = hub.login_file(context.paths)
+    if webbrowser.open(page.as_uri()):
+        click.echo(f"opened the approval UI in your browser ({hub.base}/)")
+    else:
+        click.echo(hub.login_url())
+        note("no browser could be started; open the URL above within a minute")
 
 
 @guardian.command("logs")

@@ -1,15 +1,24 @@
-"""``cloister project list | show | remove``."""
+"""``cloister project list | show | remove``.
+
+The library modules are imported in the commands: shell completion loads this module
+to complete a project's name, and they would make every TAB wait for the config
+models and the docker SDK.
+"""
 
 from __future__ import annotations
 
-import click
-from rich.table import Table
+from typing import TYPE_CHECKING
 
-from cloister_cli import agentstate, cloisters, projects
+import click
+
+from cloister_cli import completion_sources, listing
 from cloister_cli.commands.output import console, note, print_json
-from cloister_cli.lifecycle import Context
 from cloister_core.names import validate_name
-from cloister_core.policy import load_project_policy
+
+if TYPE_CHECKING:
+    from cloister_cli.lifecycle import Context
+
+NO_PROJECTS = "no projects yet: `cloister start` in a repository registers one"
 
 
 @click.group()
@@ -34,6 +43,8 @@ def project_list(context: Context, as_json: bool) -> None:
       cloister project list
       cloister project list --json
     """
+    from cloister_cli import projects  # noqa: PLC0415 - see the module docstring
+
     found = projects.list_projects(context.paths)
     if as_json:
         print_json(
@@ -43,6 +54,11 @@ def project_list(context: Context, as_json: bool) -> None:
             ]
         )
         return
+    if not found:
+        click.echo(NO_PROJECTS)
+        return
+    from rich.table import Table  # noqa: PLC0415 - rich only when a table is drawn
+
     table = Table("name", "root", "remote", "refs")
     for item in found:
         table.add_row(item.name, item.root or "-", item.remote or "-", ", ".join(item.refs) or "-")
@@ -50,7 +66,7 @@ def project_list(context: Context, as_json: bool) -> None:
 
 
 @project.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=completion_sources.project_names)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.pass_obj
 def project_show(context: Context, name: str, as_json: bool) -> None:
@@ -60,6 +76,11 @@ def project_show(context: Context, name: str, as_json: bool) -> None:
     Examples:
       cloister project show my-api
     """
+    from rich.table import Table  # noqa: PLC0415 - see the module docstring
+
+    from cloister_cli import projects  # noqa: PLC0415
+    from cloister_core.policy import load_project_policy  # noqa: PLC0415
+
     validate_name(name, what="project name")
     projects.require(context.paths, name)
     policy = load_project_policy(context.paths, name)
@@ -89,7 +110,7 @@ def project_show(context: Context, name: str, as_json: bool) -> None:
 
 
 @project.command("remove")
-@click.argument("name")
+@click.argument("name", shell_complete=completion_sources.project_names)
 @click.option("--volumes", is_flag=True, help="Also delete its agents' state (sessions, history).")
 @click.pass_obj
 def project_remove(context: Context, name: str, volumes: bool) -> None:
@@ -103,12 +124,14 @@ def project_remove(context: Context, name: str, volumes: bool) -> None:
       cloister project remove old-experiment
       cloister project remove old-experiment --volumes
     """
+    from cloister_cli import agentstate, projects  # noqa: PLC0415 - see the docstring
+
     validate_name(name, what="project name")
     state = agentstate.agents_dir(context.paths, name)
     known = projects.exists(context.paths, name)
     if not (known or (volumes and state.exists())):
         projects.require(context.paths, name)  # says there is no such project
-    running = [c.name for c in cloisters.list_cloisters(context.docker) if c.project == name]
+    running = [c.name for c in listing.list_cloisters(context.docker) if c.project == name]
     if running:
         raise click.ClickException(f"stop its cloisters first: {', '.join(running)}")
     if known:

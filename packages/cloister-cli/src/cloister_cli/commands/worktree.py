@@ -1,17 +1,23 @@
-"""``cloister worktree list | remove``."""
+"""``cloister worktree list | remove``.
+
+The library modules are imported in the commands: shell completion loads this module
+to complete a worktree's name, and they would make every TAB wait for the config
+models and the docker SDK.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
 
-from cloister_cli import cloisters, git, projects
+from cloister_cli import completion_sources, git, listing
 from cloister_cli.commands.output import console, print_json
-from cloister_cli.lifecycle import Context
-from cloister_core.config import load_project_config
 from cloister_core.names import sanitize_branch, validate_name
+
+if TYPE_CHECKING:
+    from cloister_cli.lifecycle import Context
 
 
 @click.group()
@@ -26,7 +32,7 @@ def worktree() -> None:
 
 
 @worktree.command("list")
-@click.argument("project_name", required=False)
+@click.argument("project_name", required=False, shell_complete=completion_sources.worktree_projects)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.pass_obj
 def worktree_list(context: Context, project_name: str | None, as_json: bool) -> None:
@@ -37,6 +43,8 @@ def worktree_list(context: Context, project_name: str | None, as_json: bool) -> 
       cloister worktree list
       cloister worktree list my-api --json
     """
+    from cloister_cli import projects  # noqa: PLC0415 - see the module docstring
+
     names = (
         [project_name] if project_name else [p.name for p in projects.list_projects(context.paths)]
     )
@@ -56,6 +64,12 @@ def worktree_list(context: Context, project_name: str | None, as_json: bool) -> 
     if as_json:
         print_json(rows)
         return
+    if not rows:
+        whose = f" of {project_name}" if project_name else ""
+        click.echo(f"no worktrees{whose}: `cloister start -b BRANCH` in a repository makes one")
+        return
+    from rich.table import Table  # noqa: PLC0415 - rich only when a table is drawn
+
     table = Table("project", "branch", "dirty", "path")
     for row in rows:
         table.add_row(
@@ -68,8 +82,8 @@ def worktree_list(context: Context, project_name: str | None, as_json: bool) -> 
 
 
 @worktree.command("remove")
-@click.argument("project_name")
-@click.argument("branch")
+@click.argument("project_name", shell_complete=completion_sources.worktree_projects)
+@click.argument("branch", shell_complete=completion_sources.worktree_branches)
 @click.option("-f", "--force", is_flag=True, help="Remove even with uncommitted changes.")
 @click.pass_obj
 def worktree_remove(context: Context, project_name: str, branch: str, force: bool) -> None:
@@ -82,10 +96,12 @@ def worktree_remove(context: Context, project_name: str, branch: str, force: boo
       cloister worktree remove my-api feature/login
       cloister worktree remove my-api feature/login -f
     """
+    from cloister_core.config import load_project_config  # noqa: PLC0415
+
     directory = context.paths.worktree(project_name, sanitize_branch(branch))
     if not directory.is_dir():
         raise click.ClickException(f"no worktree {directory}")
-    running = [c.name for c in cloisters.list_cloisters(context.docker) if c.path == str(directory)]
+    running = [c.name for c in listing.list_cloisters(context.docker) if c.path == str(directory)]
     if running:
         raise click.ClickException(f"stop its cloister first: cloister stop {running[0]}")
     if git.is_dirty(directory) and not force:

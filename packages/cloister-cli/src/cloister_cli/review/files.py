@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -212,21 +211,3 @@ def shorten(text: str, width: int = 120) -> str:
     """*text* on one line, cut to *width* characters."""
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-# C0/C1 controls, DEL, and the invisible format characters (bidirectional overrides,
-# zero-width ones) that would let a file name or a config value rewrite the human's
-# terminal or hide part of itself; lone surrogates (undecodable file names) too.
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
-)
-
-
-def printable(text: str) -> str:
-    """*text* safe to print: control and invisible characters become escapes."""
-    return _UNSAFE.sub(_escape, text)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cloister_cli.review.files import printable
+from cloister_core.printable import printable
 
 FindingKind = Literal[
     "nested-repository",

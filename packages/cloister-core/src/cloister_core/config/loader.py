@@ -2,7 +2,8 @@
 
 ruamel.yaml's round-trip loader keeps the position of every key and item, so when
 pydantic rejects a value we walk the error's location back through the document to
-the line a human has to fix. Syntax errors carry ruamel's own mark.
+the line a human has to fix. Syntax errors are put in plain words by
+:mod:`cloister_core.config.yamlerrors`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from cloister_core.config.yamlerrors import yaml_problem
 from cloister_core.errors import ConfigError, ConfigProblem
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -38,15 +40,10 @@ def parse_yaml(text: str, path: Path) -> Any:
     try:
         return round_trip_yaml().load(io.StringIO(text))
     except MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        message = " ".join(part for part in (error.context, error.problem) if part)
-        if mark is None:
-            raise ConfigError(path, [ConfigProblem(f"invalid YAML: {message}")]) from None
-        raise ConfigError(
-            path, [ConfigProblem(f"invalid YAML: {message}", mark.line + 1, mark.column + 1)]
-        ) from None
+        raise ConfigError(path, [yaml_problem(error, text)]) from None
     except YAMLError as error:
-        raise ConfigError(path, [ConfigProblem(f"invalid YAML: {error}")]) from None
+        message = " ".join(str(error).split())
+        raise ConfigError(path, [ConfigProblem(f"invalid YAML: {message}")]) from None
 
 
 def _position(node: Any, loc: tuple[int | str, ...], *, key_of_last: bool) -> tuple[int, int]:
@@ -73,6 +70,12 @@ def _position(node: Any, loc: tuple[int | str, ...], *, key_of_last: bool) -> tu
         if isinstance(node, CommentedMap | CommentedSeq) and not last:
             line, column = node.lc.line, node.lc.col
     return line, column
+
+
+def position(document: Any, loc: tuple[int | str, ...]) -> tuple[int, int]:
+    """The 1-based (line, column) of the value at *loc* (keys and indexes) in *document*."""
+    line, column = _position(document, loc, key_of_last=False)
+    return line + 1, column + 1
 
 
 def _unwrap(annotation: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -19,12 +20,13 @@ from pydantic import (
     Field,
     IPvAnyNetwork,
     PlainSerializer,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from cloister_core.errors import InvalidHostError
-from cloister_core.hosts import normalize_host, normalize_pattern
+from cloister_core.hosts import normalize_host, normalize_pattern, split_host_port
 
 UnlistedDomainBehavior = Literal["request_approval", "reject"]
 GitGuardMode = Literal["pause", "undo"]
@@ -84,6 +86,69 @@ def _none_is_empty(value: object) -> object:
 EmptyIfNull = BeforeValidator(_none_is_empty)
 
 
+def _yaml_item(key: str, value: str) -> str:
+    """``- key: value`` as a human writes it, quoted when YAML needs quotes."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+        return f"- {key}: {value}"
+    quoted = value.replace("'", "''")
+    return f"- {key}: '{quoted}'"
+
+
+def _item_key(value: str, *, command: bool) -> str:
+    if command:
+        return "pattern"
+    return "pattern" if value.startswith("*") else "domain"
+
+
+def _list_of(what: str, *, command: bool) -> BeforeValidator:
+    """``None`` is an empty list; a string is refused with the line to write instead."""
+
+    def check(value: object, info: ValidationInfo) -> object:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            item = _yaml_item(_item_key(value, command=command), value)
+            raise ValueError(
+                f"expected a list of {what}, got the string {value!r}: write `{item}`"
+                f" on its own line below `{info.field_name}:`"
+            )
+        return value
+
+    return BeforeValidator(check)
+
+
+def _not_a_bare_string(value: object, *, command: bool) -> object:
+    if isinstance(value, str):
+        item = _yaml_item(_item_key(value, command=command), value)
+        raise ValueError(f"{value!r} is a bare string: write `{item}`")
+    return value
+
+
+def _refuse_url_or_port(value: str, key: str) -> None:
+    """Say what to write when a rule's host is a URL or ``host:port``."""
+    if "://" in value:
+        parts = urlsplit(value)
+        host, what = parts.hostname, "is a URL"
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+    else:
+        if not (value.startswith("[") and "]:" in value) and value.count(":") != 1:
+            return  # no port (or an IPv6 literal): normalize_host explains what is wrong
+        try:
+            host, port = split_host_port(value)
+        except InvalidHostError:
+            host, port = value.rpartition(":")[0].strip("[]"), None
+        what = "has a port" if port is not None else "has a ':'"
+    if not host:
+        return
+    noun = "host name" if key == "domain" else "pattern"
+    message = f"{key} {value!r} {what}: write the {noun}: `{host}`"
+    message += f"; ports go in `ports:` (`ports: [{port}]`)" if port is not None else ""
+    raise ValueError(message)
+
+
 class Model(BaseModel):
     """Base of every config model: frozen, unknown keys are errors."""
 
@@ -103,11 +168,24 @@ class RuleEntry(Model):
     pattern: str | None = None
     ports: tuple[Port, ...] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, value: object) -> object:
+        return _not_a_bare_string(value, command=False)
+
+    @field_validator("ports", mode="before")
+    @classmethod
+    def _ports_list(cls, value: object) -> object:
+        if isinstance(value, int | str) and not isinstance(value, bool):
+            raise ValueError(f"expected a list of ports, got {value!r}: write `ports: [{value}]`")
+        return value
+
     @field_validator("domain")
     @classmethod
     def _normalise_domain(cls, value: str | None) -> str | None:
         if value is None:
             return None
+        _refuse_url_or_port(value, "domain")
         try:
             return normalize_host(value).name
         except InvalidHostError as error:
@@ -118,6 +196,7 @@ class RuleEntry(Model):
     def _normalise_pattern(cls, value: str | None) -> str | None:
         if value is None:
             return None
+        _refuse_url_or_port(value, "pattern")
         try:
             return str(normalize_pattern(value))
         except InvalidHostError as error:
@@ -156,6 +235,11 @@ class CommandPattern(Model):
 
     pattern: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, value: object) -> object:
+        return _not_a_bare_string(value, command=True)
+
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
@@ -169,8 +253,8 @@ class CommandPattern(Model):
 class ProxyRules(Model):
     """The allow and deny lists shared by every scope."""
 
-    allow: Annotated[tuple[RuleEntry, ...], EmptyIfNull] = ()
-    deny: Annotated[tuple[RuleEntry, ...], EmptyIfNull] = ()
+    allow: Annotated[tuple[RuleEntry, ...], _list_of("rules", command=False)] = ()
+    deny: Annotated[tuple[RuleEntry, ...], _list_of("rules", command=False)] = ()
 
 
 class ProxyConfig(ProxyRules):
@@ -185,8 +269,8 @@ class ProxyConfig(ProxyRules):
 class CommandRules(Model):
     """The hostexec pattern lists shared by config.yaml and project files."""
 
-    auto_approve: Annotated[tuple[CommandPattern, ...], EmptyIfNull] = ()
-    manual_approve: Annotated[tuple[CommandPattern, ...], EmptyIfNull] = ()
+    auto_approve: Annotated[tuple[CommandPattern, ...], _list_of("patterns", command=True)] = ()
+    manual_approve: Annotated[tuple[CommandPattern, ...], _list_of("patterns", command=True)] = ()
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -304,7 +388,12 @@ class ProjectConfig(Model):
 
 
 class DecisionFile(ProxyRules):
-    """``<config>/decisions/global.yaml`` and ``decisions/projects/<p>.yaml``.
+    """``<config>/decisions/global.yaml``, ``decisions/projects/<p>.yaml`` and
+    ``decisions/sessions/<cloister>.yaml``.
 
     Written by the approval hub, readable and editable by humans (comments are kept).
+    ``hostexec.auto_approve`` holds the commands a human approved for the project or
+    the session (each the exact command, anchored).
     """
+
+    hostexec: CommandRules = CommandRules()

@@ -109,8 +109,10 @@ def plan(
     tokens: TokenLookup,
     credentials: CredentialLookup,
     api_bases: Mapping[str, str | None],
+    peer: str | None,
 ) -> Forward | Refusal:
-    """Decide one request. *api_bases*: ``agents.<name>.api_base`` (None: the vendor's)."""
+    """Decide one request from *peer*. *api_bases*: ``agents.<name>.api_base`` (None:
+    the vendor's)."""
     path_only = head.target.split("?", 1)[0]
     query = head.target[len(path_only) :]
     found = provider_of(path_only)
@@ -123,6 +125,9 @@ def plan(
     record = tokens(token) if token else None
     if record is None:
         return Refusal(401, "cloister: the key is not a cloister's token", "token")
+    if not record.accepts_from(peer):
+        # another cloister's token: refused, and never audited as that cloister
+        return Refusal(401, "cloister: this token belongs to another cloister", "token-address")
     if head.method not in METHODS:
         return Refusal(405, f"cloister: {head.method} is not forwarded", "method", record)
     if head.method in ("GET", "HEAD") and head.framing.kind != "none":

@@ -76,6 +76,7 @@ class CredentialGateway:
         # Kept upstream connections, per upstream *and cloister*: a response that an
         # upstream bug leaves on a connection can only ever reach the same cloister.
         self._pool: dict[tuple[str, tuple[str, str, int]], list[Connection]] = {}
+        self._unauthenticated: dict[str, int] = {}  # connections per peer before a forward
         self._tls = ssl.create_default_context()
         self.address: tuple[str, int] | None = None
 
@@ -101,7 +102,16 @@ class CredentialGateway:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buffer = bytearray()
+        peername = writer.get_extra_info("peername")
+        peer = str(peername[0]) if peername else "?"
+        waiting = self._unauthenticated.get(peer, 0) + 1
+        self._unauthenticated[peer] = waiting
+        authenticated = False
         try:
+            if waiting > self._settings.max_unauthenticated_per_address:
+                writer.write(render_response(429, "cloister: too many connections from here\n"))
+                await writer.drain()
+                return
             first = True
             while True:
                 try:
@@ -113,7 +123,10 @@ class CredentialGateway:
                     await writer.drain()
                     return
                 first = False
-                keep = await self._serve(reader, writer, head, buffer)
+                keep, forwarded = await self._serve(reader, writer, head, buffer, peer)
+                if forwarded and not authenticated:
+                    authenticated = True
+                    self._forget_unauthenticated(peer)
                 if not (keep and head.keep_alive):
                     return
         except (OSError, ClientGoneError, TimeoutError):
@@ -121,9 +134,16 @@ class CredentialGateway:
         except Exception as error:  # one connection's bug must not stop the gateway
             self._report(f"internal error on a connection: {type(error).__name__}: {error}")
         finally:
+            if not authenticated:
+                self._forget_unauthenticated(peer)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    def _forget_unauthenticated(self, peer: str) -> None:
+        remaining = self._unauthenticated.pop(peer, 1) - 1
+        if remaining > 0:
+            self._unauthenticated[peer] = remaining
 
     async def _read_head(
         self, reader: asyncio.StreamReader, buffer: bytearray, *, first: bool
@@ -150,22 +170,24 @@ class CredentialGateway:
         writer: asyncio.StreamWriter,
         head: RequestHead,
         buffer: bytearray,
-    ) -> bool:
-        """One request; whether the client connection may stay open."""
+        peer: str,
+    ) -> tuple[bool, bool]:
+        """One request: whether the connection may stay open, and whether it was forwarded."""
         started = time.monotonic()
         if head.method in ("GET", "HEAD") and head.target == "/healthz":
             writer.write(render_response(200, "ok\n", close=False))
             await writer.drain()
-            return True
+            return True, False
         decision = plan(
             head,
             tokens=self._state.token,
             credentials=self._state.credential,
             api_bases=self._state.api_bases(),
+            peer=peer,
         )
         if isinstance(decision, Refusal):
-            await self._refuse(writer, head, decision, started)
-            return False
+            await self._refuse(writer, head, decision, started, peer=peer)
+            return False, False
         status, sent, received, keep = 0, 0, 0, False
         reason: str | None = None
         try:
@@ -175,7 +197,7 @@ class CredentialGateway:
         except UpstreamRefusedError as error:
             reason = str(error)
             refusal = Refusal(502, f"cloister: {error}", "upstream", decision.record)
-            await self._refuse(writer, head, refusal, started, audit=False)
+            await self._refuse(writer, head, refusal, started, peer=peer, audit=False)
             status = 502
         except HttpError as error:
             reason = error.message
@@ -196,7 +218,7 @@ class CredentialGateway:
                 bytes_down=received,
                 duration_ms=round((time.monotonic() - started) * 1000, 3),
             )
-        return keep
+        return keep, True
 
     async def _refuse(
         self,
@@ -205,6 +227,7 @@ class CredentialGateway:
         refusal: Refusal,
         started: float,
         *,
+        peer: str,
         audit: bool = True,
     ) -> None:
         found = provider_of(head.target.split("?", 1)[0])
@@ -224,6 +247,7 @@ class CredentialGateway:
                 "credentials.request",
                 cloister=record.cloister if record else None,
                 project=record.project if record else None,
+                peer=peer,
                 method=head.method,
                 path=head.target.split("?", 1)[0],
                 status=refusal.status,

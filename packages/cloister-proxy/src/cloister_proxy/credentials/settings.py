@@ -52,6 +52,11 @@ class CredentialSettings(BaseSettings):
         default=timedelta(minutes=10),
         description="a connection idle this long is closed (a model may think for minutes)",
     )
+    max_unauthenticated_per_address: int = Field(
+        default=64,
+        ge=1,
+        description="connections one address may hold before a request was forwarded",
+    )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
     audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
 

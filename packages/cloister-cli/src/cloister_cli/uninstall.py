@@ -1,0 +1,351 @@
+"""Removing Cloister from this machine: what ``cloister uninstall`` does, step by step.
+
+In order: every cloister is stopped as ``cloister stop --all`` stops it (container
+removed, token revoked, what the agent left reviewed), then the guardian stack
+(``docker compose down``) with whatever of its containers compose did not know about,
+and the host executor; then Cloister's images and networks are removed. With
+``purge``, the worktrees Cloister made are removed from their repositories and the
+config and data directories deleted.
+
+Each step is reported as it finishes, and one that fails does not stop the others (an
+image some other container still uses must not keep the networks). What would be lost
+is checked before anything is stopped: a directory that does not look like
+Cloister's, or worktrees with uncommitted changes, are refused unless ``force``; the
+home directory, ``/`` and a symbolic link never are deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import docker.errors
+
+from cloister_cli import executor_process, git, lifecycle, listing
+from cloister_cli.agentstate import make_writable
+from cloister_cli.images import (
+    AGENT_IMAGE,
+    APPROVAL_IMAGE,
+    GATEWAY_IMAGE,
+    PROXY_IMAGE,
+    SLIM_AGENT_IMAGE,
+)
+from cloister_cli.lifecycle import Context
+from cloister_core import stack
+from cloister_core.config import load_project_config
+from cloister_core.errors import CloisterError
+from cloister_core.paths import CloisterPaths
+
+# The credential gateway runs the proxy's image, so these are all of them.
+IMAGES = tuple(
+    spec.tag for spec in (PROXY_IMAGE, APPROVAL_IMAGE, GATEWAY_IMAGE, AGENT_IMAGE, SLIM_AGENT_IMAGE)
+)
+NETWORKS = (stack.CLOISTER_NET, stack.EGRESS_NET, stack.CONTROL_NET)
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+# What only Cloister puts there: one of these makes a directory look like Cloister's.
+CONFIG_MARKERS = ("config.yaml", "tokens", "projects", "decisions")
+DATA_MARKERS = (
+    "executor.json",
+    "audit.log",
+    "logs/executor.log",
+    "git-guard.gitconfig",
+    "guardian",
+    "worktrees",
+    "sessions",
+    "agents",
+    "credentials",
+    "quarantine",
+)
+
+Outcome = Literal["done", "absent", "failed", "kept"]
+
+
+class UninstallError(CloisterError):
+    """Uninstalling would delete something it should not; nothing was done."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing done (or found already gone, or failed), as a line and as JSON."""
+
+    kind: str  # cloister, guardian, container, executor, image, network, worktree, directory
+    target: str
+    outcome: Outcome
+    message: str  # the progress line for a person
+    stopped: lifecycle.StopOutcome | None = None  # a cloister's: what its review found
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "outcome": self.outcome,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Worktree:
+    directory: Path
+    repository: Path | None  # where `git worktree remove` runs; None: not known
+    dirty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """The directories to delete, checked before anything else happens."""
+
+    directories: tuple[Path, ...] = ()
+    worktrees: tuple[Worktree, ...] = ()
+
+
+@dataclass
+class Summary:
+    steps: list[Step] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # cloisters whose git guard stays
+
+    @property
+    def failed(self) -> list[Step]:
+        return [step for step in self.steps if step.outcome in ("failed", "kept")]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "steps": [step.to_json() for step in self.steps],
+            "failed": len(self.failed),
+            "guard_held": self.held,
+        }
+
+
+# -- checking what a purge deletes ----------------------------------------------------------
+
+
+def _looks_like(directory: Path, markers: tuple[str, ...]) -> bool:
+    return any((directory / marker).exists() for marker in markers) or not any(directory.iterdir())
+
+
+def _never(directory: Path, home: Path) -> str | None:
+    """Why *directory* may never be deleted, even with --force; None if it may."""
+    if directory.is_symlink():
+        return "is a symbolic link (delete what it points to yourself)"
+    resolved = directory.resolve()
+    if resolved == Path(resolved.anchor) or resolved in (home.resolve(), *home.resolve().parents):
+        return "is / or your home directory, or holds it"
+    return None
+
+
+def _worktrees(paths: CloisterPaths) -> list[Worktree]:
+    found = []
+    base = paths.worktrees_dir
+    for project_dir in sorted(base.iterdir()) if base.is_dir() else ():
+        for directory in sorted(project_dir.iterdir()) if project_dir.is_dir() else ():
+            if not (directory / ".git").exists():
+                continue
+            try:
+                dirty = git.is_dirty(directory)
+            except CloisterError:
+                dirty = True  # git cannot tell: count it as work that would be lost
+            found.append(
+                Worktree(directory, _repository(paths, project_dir.name, directory), dirty)
+            )
+    return found
+
+
+def _repository(paths: CloisterPaths, project: str, directory: Path) -> Path | None:
+    """As `cloister worktree remove` finds it: the project's root, else git's own idea."""
+    with contextlib.suppress(CloisterError):
+        root = load_project_config(paths, project).root
+        if root is not None:
+            return Path(str(root))
+    with contextlib.suppress(CloisterError):
+        return git.common_dir(directory).parent
+    return None
+
+
+def plan_purge(paths: CloisterPaths, home: Path, *, force: bool) -> Purge:
+    """The config and data directories to delete, and the worktrees in them.
+
+    Raises :class:`UninstallError` for a directory that must not be deleted, or (unless
+    *force*) one that does not look like Cloister's or holds uncommitted work.
+    """
+    directories: list[Path] = []
+    problems: list[str] = []
+    for directory, markers, what in (
+        (paths.config_dir, CONFIG_MARKERS, "config"),
+        (paths.data_dir, DATA_MARKERS, "data"),
+    ):
+        if directory in directories or not (directory.exists() or directory.is_symlink()):
+            continue
+        refusal = _never(directory, home)
+        if refusal is not None:
+            raise UninstallError(f"will not delete the {what} directory {directory}: it {refusal}")
+        if not directory.is_dir():
+            raise UninstallError(f"the {what} directory {directory} is not a directory")
+        if not force and not _looks_like(directory, markers):
+            problems.append(
+                f"{directory} does not look like Cloister's {what} directory"
+                f" (none of {', '.join(markers)})"
+            )
+        directories.append(directory)
+    worktrees = _worktrees(paths) if paths.data_dir in directories else []
+    dirty = [str(worktree.directory) for worktree in worktrees if worktree.dirty]
+    if dirty and not force:
+        problems.append(
+            "these worktrees have uncommitted changes, which would be lost: "
+            + ", ".join(dirty)
+            + " (commit them, or `cloister worktree remove` them)"
+        )
+    if problems:
+        raise UninstallError("; ".join(problems) + "; --force deletes anyway")
+    return Purge(tuple(directories), tuple(worktrees))
+
+
+# -- the steps --------------------------------------------------------------------------------
+
+
+def stop_cloisters(context: Context, summary: Summary) -> Iterator[Step]:
+    for info in listing.list_cloisters(context.docker):
+        try:
+            outcome = lifecycle.stop(context, info.name)
+        except (CloisterError, docker.errors.DockerException, OSError) as error:
+            yield Step(
+                "cloister", info.name, "failed", f"could not stop cloister {info.name}: {error}"
+            )
+            continue
+        if outcome.guard_held:
+            summary.held.append(info.name)
+        yield Step("cloister", info.name, "done", f"stopped cloister {info.name}", outcome)
+
+
+def stop_guardian(context: Context) -> Iterator[Step]:
+    executor = executor_process.running(context.paths)
+    try:
+        up = [service.name for service in context.guardian.services() if service.state != "absent"]
+        context.guardian.stop()
+    except (CloisterError, docker.errors.DockerException) as error:
+        yield Step("guardian", stack.PROJECT, "failed", f"could not stop the guardian: {error}")
+    else:
+        if up:
+            yield Step("guardian", stack.PROJECT, "done", "stopped the guardian stack")
+        else:
+            yield Step("guardian", stack.PROJECT, "absent", "the guardian stack was not running")
+    # Started from another data directory, or its compose file gone: by the label.
+    leftovers = context.docker.containers.list(
+        all=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={stack.PROJECT}"}
+    )
+    for container in leftovers:
+        name = container.name or container.short_id
+        try:
+            container.remove(force=True)
+        except docker.errors.APIError as error:
+            yield Step("container", name, "failed", f"could not remove container {name}: {error}")
+        else:
+            yield Step("container", name, "done", f"removed container {name}")
+    try:
+        executor_process.stop(context.paths)  # Guardian.stop stops it too, unless it failed
+    except (CloisterError, OSError) as error:
+        yield Step("executor", "", "failed", f"could not stop the host executor: {error}")
+        return
+    if executor is None:
+        yield Step("executor", "", "absent", "the host executor was not running")
+    else:
+        yield Step(
+            "executor", str(executor.pid), "done", f"stopped the host executor (pid {executor.pid})"
+        )
+
+
+def _remove(kind: str, name: str, remove: Callable[[str], object]) -> Step:
+    try:
+        remove(name)
+    except docker.errors.NotFound:  # ImageNotFound too
+        return Step(kind, name, "absent", f"{kind} {name}: not present")
+    except docker.errors.APIError as error:
+        reason = error.explanation or error
+        return Step(kind, name, "failed", f"could not remove {kind} {name}: {reason}")
+    return Step(kind, name, "done", f"removed {kind} {name}")
+
+
+def remove_images(client: docker.DockerClient) -> Iterator[Step]:
+    for tag in IMAGES:
+        yield _remove("image", tag, client.images.remove)
+
+
+def remove_networks(client: docker.DockerClient) -> Iterator[Step]:
+    def remove(name: str) -> None:
+        client.networks.get(name).remove()
+
+    for name in NETWORKS:
+        yield _remove("network", name, remove)
+
+
+def purge(plan: Purge, summary: Summary) -> Iterator[Step]:
+    if summary.held:
+        # Their review (`cloister review NAME --fix`) needs the session records kept here.
+        names = ", ".join(summary.held)
+        for directory in plan.directories:
+            yield Step(
+                "directory",
+                str(directory),
+                "kept",
+                f"kept {directory}: cloister(s) {names} left things that would run code in"
+                f" your repository; `cloister review NAME --fix` first, then uninstall again",
+            )
+        return
+    for worktree in plan.worktrees:
+        if worktree.repository is None or not worktree.repository.is_dir():
+            continue  # no repository left to tell: deleting the directory is all there is
+        try:
+            git.remove_worktree(worktree.repository, worktree.directory, force=True)
+        except CloisterError as error:
+            yield Step(
+                "worktree",
+                str(worktree.directory),
+                "failed",
+                f"could not remove worktree {worktree.directory} ({error});"
+                f" `git worktree prune` in {worktree.repository} cleans up after it",
+            )
+        else:
+            yield Step(
+                "worktree",
+                str(worktree.directory),
+                "done",
+                f"removed worktree {worktree.directory}"
+                f" (its branch stays in {worktree.repository})",
+            )
+    for directory in plan.directories:
+        try:
+            make_writable(directory)
+            shutil.rmtree(directory)  # never follows a link (the fd-based walk on Linux)
+        except FileNotFoundError:
+            yield Step("directory", str(directory), "absent", f"{directory}: not present")
+        except OSError as error:
+            yield Step(
+                "directory", str(directory), "failed", f"could not delete {directory}: {error}"
+            )
+        else:
+            yield Step("directory", str(directory), "done", f"deleted {directory}")
+
+
+def uninstall(
+    context: Context, plan: Purge | None, on_step: Callable[[Step], None] = lambda step: None
+) -> Summary:
+    """Every step in order (see the module docstring); *plan* from :func:`plan_purge`."""
+    summary = Summary()
+    client = context.docker  # no engine: one clear error before anything is done
+    parts: list[Iterator[Step]] = [
+        stop_cloisters(context, summary),
+        stop_guardian(context),
+        remove_images(client),
+        remove_networks(client),
+    ]
+    for part in parts:
+        for step in part:
+            summary.steps.append(step)
+            on_step(step)
+    if plan is not None:
+        for step in purge(plan, summary):
+            summary.steps.append(step)
+            on_step(step)
+    return summary

@@ -1,0 +1,504 @@
+"""``cloister uninstall`` against a fake engine: never the real one, whose images are shared.
+
+The cloisters are stopped by the real ``lifecycle.stop`` (the fake engine holds their
+containers; the hub and the guardian are fakes too), so what is checked is what
+``cloister stop --all`` would have done.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+from click.testing import CliRunner, Result
+
+from cloister_cli import executor_process, git, lifecycle, projects
+from cloister_cli import uninstall as library
+from cloister_cli.lifecycle import Context, StopOutcome
+from cloister_cli.main import cli
+from cloister_cli.projects import Project
+from cloister_core import stack
+from cloister_core.errors import CloisterError
+from cloister_core.paths import CloisterPaths
+from tests.git_support import hermetic_git, make_repo
+
+
+@dataclass
+class FakeContainer:
+    name: str
+    labels: dict[str, str]
+    engine: FakeEngine
+    status: str = "running"
+    attrs: dict[str, Any] = field(
+        default_factory=lambda: {"Config": {"Image": "cloister:latest"}, "Created": ""}
+    )
+
+    @property
+    def short_id(self) -> str:
+        return self.name[:10]
+
+    def remove(self, force: bool = False) -> None:
+        assert force
+        self.engine.containers.items.remove(self)
+        self.engine.log.append(f"rm {self.name}")
+
+
+@dataclass
+class FakeContainers:
+    items: list[FakeContainer] = field(default_factory=list)
+
+    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[FakeContainer]:
+        assert all
+        key, _, value = (filters or {})["label"].partition("=")
+        return [c for c in self.items if key in c.labels and (not value or c.labels[key] == value)]
+
+    def get(self, name: str) -> FakeContainer:
+        for container in self.items:
+            if container.name == name:
+                return container
+        raise docker.errors.NotFound(f"no container {name}")
+
+
+@dataclass
+class FakeImages:
+    engine: FakeEngine
+    present: set[str] = field(default_factory=set)
+    in_use: set[str] = field(default_factory=set)
+
+    def remove(self, tag: str) -> None:
+        if tag in self.in_use:
+            raise docker.errors.APIError("409", explanation=f"{tag} is used by container x")
+        if tag not in self.present:
+            raise docker.errors.ImageNotFound(f"No such image: {tag}")
+        self.present.remove(tag)
+        self.engine.log.append(f"rmi {tag}")
+
+
+@dataclass
+class FakeNetwork:
+    name: str
+    engine: FakeEngine
+
+    def remove(self) -> None:
+        self.engine.networks.present.remove(self.name)
+        self.engine.log.append(f"network rm {self.name}")
+
+
+@dataclass
+class FakeNetworks:
+    engine: FakeEngine
+    present: set[str] = field(default_factory=set)
+
+    def get(self, name: str) -> FakeNetwork:
+        if name not in self.present:
+            raise docker.errors.NotFound(f"network {name} not found")
+        return FakeNetwork(name, self.engine)
+
+
+@dataclass
+class FakeEngine:
+    log: list[str] = field(default_factory=list)
+    containers: FakeContainers = field(default_factory=FakeContainers)
+    images: FakeImages = field(init=False)
+    networks: FakeNetworks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.images = FakeImages(self)
+        self.networks = FakeNetworks(self)
+
+    def add_cloister(self, name: str, path: Path) -> None:
+        labels = {
+            stack.LABEL_CLOISTER: name,
+            stack.LABEL_PROJECT: name,
+            stack.LABEL_PATH: str(path),
+            stack.LABEL_BRANCH: "",
+        }
+        self.containers.items.append(FakeContainer(f"cloister-{name}", labels, self))
+
+
+@dataclass(frozen=True)
+class FakeService:
+    name: str
+    state: str
+
+
+@dataclass
+class FakeGuardian:
+    engine: FakeEngine
+    fail: bool = False
+    running: bool = True
+
+    def services(self) -> list[FakeService]:
+        return [FakeService("proxy", "running" if self.running else "absent")]
+
+    def stop(self) -> None:
+        if self.fail:
+            raise CloisterError("docker compose down failed: boom")
+        self.engine.log.append("guardian stop")
+
+    def reload_proxy(self) -> None:
+        self.engine.log.append("proxy reload")
+
+
+@dataclass
+class FakeHub:
+    revoked: list[str] = field(default_factory=list)
+
+    def revoke(self, name: str) -> None:
+        self.revoked.append(name)
+
+
+@pytest.fixture(autouse=True)
+def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    hermetic_git(monkeypatch)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "CLOISTER_CONFIG_DIR": str(tmp_path / "config"),
+        "CLOISTER_DATA_DIR": str(tmp_path / "data"),
+        "HOME": str(tmp_path / "home"),
+    }
+
+
+@pytest.fixture
+def paths(env: dict[str, str]) -> CloisterPaths:
+    return CloisterPaths.from_env(env)
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+    fake = FakeEngine()
+    guardian = FakeGuardian(fake)
+    hub = FakeHub()
+    monkeypatch.setattr(Context, "docker", property(lambda self: fake))
+    monkeypatch.setattr(Context, "guardian", property(lambda self: guardian))
+    monkeypatch.setattr(Context, "hub", property(lambda self: hub))
+    return fake
+
+
+@pytest.fixture
+def installed(engine: FakeEngine, paths: CloisterPaths, tmp_path: Path) -> FakeEngine:
+    """Two cloisters with their tokens, the images, the networks, config and data."""
+    for name in ("api", "web"):
+        engine.add_cloister(name, tmp_path / "src" / name)
+        write(paths.token_file(name), "{}")
+    engine.images.present = set(library.IMAGES)
+    engine.networks.present = set(library.NETWORKS)
+    write(paths.config_file, "defaults: {}\n")
+    write(paths.audit_log, "")
+    return engine
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def run(env: dict[str, str], *args: str, stdin: str | None = None) -> Result:
+    return CliRunner().invoke(cli, ["uninstall", *args], env=env, input=stdin, prog_name="cloister")
+
+
+def test_removes_cloisters_guardian_images_and_networks(
+    env: dict[str, str], paths: CloisterPaths, installed: FakeEngine
+) -> None:
+    result = run(env, "--yes")
+    assert result.exit_code == 0, result.output
+    assert installed.log == [
+        "rm cloister-api",
+        "proxy reload",
+        "rm cloister-web",
+        "proxy reload",
+        "guardian stop",
+        *(f"rmi {tag}" for tag in library.IMAGES),
+        *(f"network rm {name}" for name in library.NETWORKS),
+    ]
+    assert not paths.token_file("api").exists()
+    assert not paths.token_file("web").exists()
+    assert paths.config_file.exists()  # no --purge
+    for line in (
+        "stopped cloister api",
+        "stopped cloister web",
+        "stopped the guardian stack",
+        "the host executor was not running",
+        "removed image cloister-proxy:latest",
+        "removed network cloister-control",
+        "the `cloister` command stays: `uv tool uninstall cloister-cli` removes it",
+    ):
+        assert f"{line}\n" in result.output
+
+
+def test_the_plan_is_shown_and_confirmed_first(
+    env: dict[str, str], paths: CloisterPaths, installed: FakeEngine
+) -> None:
+    refused = run(env, "--purge", stdin="n\n")
+    assert refused.exit_code == 1
+    assert installed.log == []
+    assert paths.config_dir.exists()
+    for line in (
+        "cloister uninstall will:",
+        "  stop every cloister (api, web)",
+        "  stop the guardian stack and the host executor",
+        f"  remove the images {', '.join(library.IMAGES)}",
+        f"  remove the networks {', '.join(library.NETWORKS)}",
+        f"  delete {paths.config_dir}",
+        f"  delete {paths.data_dir}",
+        "Go ahead? [y/N]: n",
+    ):
+        assert f"{line}\n" in refused.output
+    accepted = run(env, "--purge", stdin="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert "guardian stop" in installed.log
+
+
+def test_what_is_already_gone_is_said_and_is_no_failure(
+    env: dict[str, str], engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guardian = FakeGuardian(engine, running=False)
+    monkeypatch.setattr(Context, "guardian", property(lambda self: guardian))
+    result = run(env, "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["failed"] == 0
+    assert document["guard_held"] == []
+    outcomes = {(step["kind"], step["target"]): step["outcome"] for step in document["steps"]}
+    assert outcomes == {
+        ("guardian", stack.PROJECT): "absent",
+        ("executor", ""): "absent",
+        **{("image", tag): "absent" for tag in library.IMAGES},
+        **{("network", name): "absent" for name in library.NETWORKS},
+    }
+    assert "image cloister:latest: not present\n" in result.stderr
+    assert "the guardian stack was not running\n" in result.stderr
+
+
+def test_a_failing_step_does_not_stop_the_others(
+    env: dict[str, str], installed: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed.images.in_use = {"cloister-slim:latest"}
+    monkeypatch.setattr(Context, "guardian", property(lambda self: FakeGuardian(installed, True)))
+    result = run(env, "--yes", "--json")
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert document["failed"] == 2
+    failed = [step["message"] for step in document["steps"] if step["outcome"] == "failed"]
+    assert failed == [
+        "could not stop the guardian: docker compose down failed: boom",
+        "could not remove image cloister-slim:latest: cloister-slim:latest is used by container x",
+    ]
+    assert "network rm cloister-net" in installed.log  # went on after both
+    assert result.stderr.endswith("Error: uninstall incomplete: " + "; ".join(failed) + "\n"), (
+        result.stderr
+    )
+
+
+def test_the_guardians_leftover_containers_and_the_executor(
+    env: dict[str, str], engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    label = {library.COMPOSE_PROJECT_LABEL: stack.PROJECT}
+    engine.containers.items.append(FakeContainer("cloister-guardian-proxy", label, engine))
+    engine.containers.items.append(FakeContainer("unrelated", {"app": "db"}, engine))
+
+    @dataclass
+    class State:
+        pid: int
+
+    stopped: list[CloisterPaths] = []
+
+    def stop(paths: CloisterPaths) -> bool:
+        stopped.append(paths)
+        return True
+
+    monkeypatch.setattr(executor_process, "running", lambda paths: State(4242))
+    monkeypatch.setattr(executor_process, "stop", stop)
+    result = run(env, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "removed container cloister-guardian-proxy\n" in result.output
+    assert "stopped the host executor (pid 4242)\n" in result.output
+    assert [c.name for c in engine.containers.items] == ["unrelated"]
+    assert len(stopped) == 1
+
+
+def test_no_engine_is_one_clean_error_before_anything(
+    env: dict[str, str], tmp_path: Path, paths: CloisterPaths
+) -> None:
+    write(paths.config_file, "")
+    result = run({**env, "DOCKER_HOST": f"unix://{tmp_path / 'none.sock'}"}, "--yes", "--purge")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: no Docker engine is reachable (unix://")
+    assert paths.config_file.exists()
+
+
+def test_force_needs_purge(env: dict[str, str]) -> None:
+    result = run(env, "--force")
+    assert result.exit_code == 2
+    assert "--force only applies to --purge" in result.output
+
+
+# -- --purge ---------------------------------------------------------------------------------
+
+
+def test_purge_deletes_config_and_data(
+    env: dict[str, str], paths: CloisterPaths, installed: FakeEngine
+) -> None:
+    write(paths.data_dir / "credentials" / "claude.json", "{}")
+    result = run(env, "--yes", "--purge")
+    assert result.exit_code == 0, result.output
+    assert f"deleted {paths.config_dir}\n" in result.output
+    assert f"deleted {paths.data_dir}\n" in result.output
+    assert not paths.config_dir.exists()
+    assert not paths.data_dir.exists()
+
+
+def test_purge_refuses_what_does_not_look_like_cloisters(
+    env: dict[str, str], paths: CloisterPaths, installed: FakeEngine
+) -> None:
+    paths.config_file.unlink()
+    for token in paths.tokens_dir.iterdir():
+        token.unlink()
+    paths.tokens_dir.rmdir()
+    write(paths.config_dir / "thesis.tex", "precious")
+    result = run(env, "--yes", "--purge")
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {paths.config_dir} does not look like Cloister's config directory"
+        " (none of config.yaml, tokens, projects, decisions); --force deletes anyway\n"
+    )
+    assert installed.log == []  # nothing stopped either
+    forced = run(env, "--yes", "--purge", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert not paths.config_dir.exists()
+
+
+def test_an_empty_directory_may_go(
+    env: dict[str, str], paths: CloisterPaths, engine: FakeEngine
+) -> None:
+    paths.config_dir.mkdir(parents=True)
+    result = run(env, "--yes", "--purge")
+    assert result.exit_code == 0, result.output
+    assert not paths.config_dir.exists()
+    assert f"{paths.data_dir}" not in result.output  # it never existed
+
+
+@pytest.mark.parametrize("where", ["home", "parent of home"])
+def test_purge_never_deletes_home(
+    env: dict[str, str], tmp_path: Path, engine: FakeEngine, where: str
+) -> None:
+    home = tmp_path / "home"
+    write(home / "config.yaml", "")
+    directory = home if where == "home" else tmp_path
+    result = run({**env, "CLOISTER_CONFIG_DIR": str(directory)}, "--yes", "--purge", "--force")
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: will not delete the config directory {directory}:"
+        " it is / or your home directory, or holds it\n"
+    )
+    assert (home / "config.yaml").exists()
+
+
+def test_purge_never_follows_a_link(
+    env: dict[str, str], tmp_path: Path, engine: FakeEngine
+) -> None:
+    real = tmp_path / "dotfiles" / "cloister"
+    write(real / "config.yaml", "")
+    link = tmp_path / "linked-config"
+    link.symlink_to(real)
+    result = run({**env, "CLOISTER_CONFIG_DIR": str(link)}, "--yes", "--purge", "--force")
+    assert result.exit_code == 1
+    assert "is a symbolic link" in result.output
+    assert (real / "config.yaml").exists()
+
+
+@pytest.fixture
+def worktree(paths: CloisterPaths, tmp_path: Path) -> tuple[Path, Path]:
+    repo = make_repo(tmp_path / "src" / "api")
+    projects.register(paths, Project("api", repo, git=True))
+    directory = paths.worktree("api", "feature-login")
+    git.add_worktree(repo, directory, "feature/login")
+    return repo, directory
+
+
+@pytest.mark.usefixtures("engine")
+def test_purge_removes_worktrees_from_their_repository(
+    env: dict[str, str], paths: CloisterPaths, worktree: tuple[Path, Path]
+) -> None:
+    repo, directory = worktree
+    result = run(env, "--yes", "--purge")
+    assert result.exit_code == 0, result.output
+    assert f"removed worktree {directory} (its branch stays in {repo})\n" in result.output
+    assert [path for path, _ in git.list_worktrees(repo)] == [repo]
+    assert git.branch_exists(repo, "feature/login")
+    assert not paths.data_dir.exists()
+
+
+@pytest.mark.usefixtures("engine")
+def test_purge_refuses_uncommitted_work_without_force(
+    env: dict[str, str], paths: CloisterPaths, worktree: tuple[Path, Path]
+) -> None:
+    _, directory = worktree
+    write(directory / "notes.txt", "unsaved thoughts")
+    refused = run(env, "--yes", "--purge")
+    assert refused.exit_code == 1
+    assert refused.output == (
+        f"Error: these worktrees have uncommitted changes, which would be lost: {directory}"
+        " (commit them, or `cloister worktree remove` them); --force deletes anyway\n"
+    )
+    assert (directory / "notes.txt").exists()
+    shown = run(env, "--purge", "--force", stdin="n\n")
+    assert "(uncommitted changes are lost)\n" in shown.output
+    forced = run(env, "--yes", "--purge", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert not directory.exists()
+
+
+def test_a_held_guard_keeps_the_directories(
+    env: dict[str, str],
+    paths: CloisterPaths,
+    installed: FakeEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def stop(context: Context, name: str) -> StopOutcome:
+        return StopOutcome(True, None, name == "web")
+
+    monkeypatch.setattr(lifecycle, "stop", stop)
+    result = run(env, "--yes", "--purge", "--json")
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert document["guard_held"] == ["web"]
+    kept = [step for step in document["steps"] if step["outcome"] == "kept"]
+    assert [step["target"] for step in kept] == [str(paths.config_dir), str(paths.data_dir)]
+    assert "`cloister review NAME --fix` first" in kept[0]["message"]
+    assert "git's guard stays in the repository of cloister web" in result.stderr
+    assert paths.config_dir.exists()
+    assert paths.data_dir.exists()
+
+
+# -- the library on its own --------------------------------------------------------------------
+
+
+def test_plan_purge_skips_what_does_not_exist(tmp_path: Path) -> None:
+    paths = CloisterPaths(tmp_path / "c", tmp_path / "d")
+    assert library.plan_purge(paths, tmp_path / "home", force=False) == library.Purge()
+
+
+def test_plan_purge_counts_config_and_data_once_when_they_are_one(tmp_path: Path) -> None:
+    both = tmp_path / "cloister"
+    write(both / "config.yaml", "")
+    plan = library.plan_purge(CloisterPaths(both, both), tmp_path / "home", force=False)
+    assert plan.directories == (both,)
+
+
+def test_purge_makes_read_only_directories_deletable(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    locked = data / "agents" / "api" / "claude" / "locked"
+    write(locked / "file", "x")
+    locked.chmod(0o500)
+    steps = list(library.purge(library.Purge((data,)), library.Summary()))
+    assert [(step.outcome, step.message) for step in steps] == [("done", f"deleted {data}")]
+    assert not data.exists()
