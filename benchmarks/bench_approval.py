@@ -208,7 +208,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             context = browser.new_context(base_url=base_url)
             context.add_init_script(RECORDER)
             page = context.new_page()
-            page.goto(login_url(base_url, HUB_SECRET, now=time.time()))  # lands on /
+            page.goto(login_url(base_url, HUB_SECRET, now=time.time()))
+            page.wait_for_url(base_url.rstrip("/") + "/")  # the login page goes on to /
             page.wait_for_selector("body[data-live=true]")
 
             latencies = measure(

@@ -367,6 +367,24 @@ class AgentsConfig(Model):
         return value
 
 
+class DevcontainerConfig(Model):
+    """``devcontainer:``: how a project's devcontainer.json is taken."""
+
+    # Feature sources trusted besides ghcr.io/devcontainers/features/: an entry ending
+    # in "/" is a prefix, any other one Feature id (in any version).
+    trusted_features: Annotated[tuple[str, ...], EmptyIfNull] = ()
+
+    @field_validator("trusted_features")
+    @classmethod
+    def _references(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            if not entry.strip() or any(char.isspace() for char in entry) or "://" in entry:
+                raise ValueError(
+                    f"not a Feature id or prefix: {entry!r} (write e.g. 'ghcr.io/my-org/features/')"
+                )
+        return value
+
+
 class GlobalConfig(Model):
     """``<config>/config.yaml``."""
 
@@ -375,6 +393,7 @@ class GlobalConfig(Model):
     defaults: DefaultsConfig = DefaultsConfig()
     guardian: GuardianConfig = GuardianConfig()
     agents: AgentsConfig = AgentsConfig()
+    devcontainer: DevcontainerConfig = DevcontainerConfig()
 
 
 class ProjectConfig(Model):

@@ -1,0 +1,129 @@
+"""The host paths no cloister may bind-mount, and why.
+
+A bind mount is refused when its source *is*, *holds* or *is inside* a blocked path:
+``~`` holds ``~/.ssh``, ``~/.ssh/config`` is inside it. The root and the home
+directory are blocked only as themselves and what holds them (the project usually
+lives inside the home directory).
+
+Both sides are compared as written (``..`` collapsed) and with symbolic links resolved,
+so neither ``~/proj/../.ssh`` nor a link in the project that points at ``~/.ssh`` gets
+through; and case-folded, as macOS's file system ignores case.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Relative to the home directory: credentials, and the agents' own homes.
+_HOME_SECRETS: tuple[tuple[str, str], ...] = (
+    (".ssh", "your SSH keys"),
+    (".aws", "your AWS credentials"),
+    (".config/gcloud", "your Google Cloud credentials"),
+    (".gnupg", "your GnuPG keys"),
+    (".config/gh", "the GitHub CLI's token"),
+    (".kube", "your Kubernetes credentials"),
+    (".docker", "Docker's credentials (and, with Docker Desktop, its socket)"),
+    (".npmrc", "your npm tokens"),
+    (".pypirc", "your PyPI tokens"),
+    (".netrc", "your passwords for hosts"),
+    (".git-credentials", "git's stored passwords"),
+    (".Xauthority", "the key to your X display"),
+    (".claude", "Claude Code's login and history"),
+    (".claude.json", "Claude Code's settings and history"),
+    (".codex", "Codex's login and history"),
+    (".gemini", "Gemini CLI's login and history"),
+    (".config", "every program's settings and tokens"),
+    (".local", "programs' data, Cloister's state among it"),
+)
+_SYSTEM: tuple[tuple[str, str], ...] = (
+    ("/var/run/docker.sock", "the Docker socket: root on the host"),
+    ("/run/docker.sock", "the Docker socket: root on the host"),
+    ("/etc", "the host's system configuration"),
+    ("/proc", "the host's processes"),
+    ("/sys", "the host kernel's settings"),
+    ("/dev", "the host's devices"),
+    ("/boot", "the host's kernel and boot loader"),
+    # Sockets of running services: Docker's, D-Bus, your session's agents (/run/user).
+    ("/run", "the sockets of the host's services"),
+    ("/var/run", "the sockets of the host's services"),
+    ("/var/lib/docker", "every container's files"),
+    ("/tmp/.X11-unix", "your X display (it can read and type your keys)"),  # noqa: S108 (blocked, not used)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    shown: str  # as a human reads it: "~/.ssh"
+    what: str
+    forms: tuple[str, ...]  # normalised, case-folded; as written and resolved
+    tree: bool  # inside it is blocked too (not for / and the home directory)
+
+
+def _forms(path: str) -> tuple[str, ...]:
+    written = posixpath.normpath(path)
+    try:
+        resolved = str(Path(written).resolve())
+    except (OSError, RuntimeError):  # a loop of links: compare as written
+        resolved = written
+    return tuple(dict.fromkeys(form.casefold() for form in (written, resolved)))
+
+
+def _contains(outer: str, inner: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+class BlockedPaths:
+    """The blocked list for one home directory, plus *extra* paths (Cloister's own dirs)."""
+
+    def __init__(self, home: Path, extra: Sequence[Path] = ()) -> None:
+        self.home = str(home)
+        entries = [
+            _Entry(f"~/{relative}", what, _forms(posixpath.join(self.home, relative)), True)
+            for relative, what in _HOME_SECRETS
+        ]
+        entries += [_Entry(path, what, _forms(path), True) for path, what in _SYSTEM]
+        entries += [
+            _Entry(str(path), "Cloister's own files", _forms(str(path)), True) for path in extra
+        ]
+        entries.append(_Entry("~", "your home directory", _forms(self.home), False))
+        entries.append(_Entry("/", "the host's whole file system", ("/",), False))
+        self._entries = tuple(entries)
+
+    def expand(self, source: str) -> str:
+        """``~`` and ``~/x`` as the home directory (docker would not; a human means it)."""
+        if source == "~" or source.startswith("~/"):
+            return self.home + source[1:]
+        return source
+
+    def reason(self, source: str) -> str | None:
+        """Why a bind mount of the absolute host path *source* is refused, or None.
+
+        The message names the closest blocked path: the one it is, else the most
+        specific one it is inside, else the most general one it holds.
+        """
+        forms = _forms(self.expand(source))
+        pairs = [
+            (entry, blocked, mine)
+            for entry in self._entries
+            for blocked in entry.forms
+            for mine in forms
+        ]
+        for entry, blocked, mine in pairs:
+            if mine == blocked:
+                return f"{source} is {entry.shown} ({entry.what})"
+        inside = [
+            (len(blocked), entry)
+            for entry, blocked, mine in pairs
+            if entry.tree and _contains(blocked, mine)
+        ]
+        if inside:
+            entry = max(inside, key=lambda item: item[0])[1]
+            return f"{source} is inside {entry.shown} ({entry.what})"
+        held = [(len(blocked), entry) for entry, blocked, mine in pairs if _contains(mine, blocked)]
+        if held:
+            entry = min(held, key=lambda item: item[0])[1]
+            return f"{source} holds {entry.shown} ({entry.what})"
+        return None

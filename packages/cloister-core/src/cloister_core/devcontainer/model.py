@@ -1,0 +1,188 @@
+"""What a devcontainer.json becomes once Cloister has read it: frozen values, and its error.
+
+A :class:`Devcontainer` holds only what the cloister will do. Everything the file asked
+for, kept or not, is an :class:`Override` with the reason, so ``cloister start
+--dry-run`` can show the whole story and the rest can be printed as warnings.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from cloister_core.errors import CloisterError, ConfigProblem
+
+Outcome = Literal["kept", "dropped", "refused", "ignored"]
+"""``kept``: honoured (perhaps made safer, the reason says how); ``dropped``: it would
+weaken the container's isolation; ``refused``: it reaches for the host's secrets or runs
+code on the host; ``ignored``: it has no meaning in a cloister, or Cloister does it itself."""
+
+LifecycleStage = Literal[
+    "onCreateCommand",
+    "updateContentCommand",
+    "postCreateCommand",
+    "postStartCommand",
+    "postAttachCommand",
+]
+LIFECYCLE_STAGES: tuple[LifecycleStage, ...] = (
+    "onCreateCommand",
+    "updateContentCommand",
+    "postCreateCommand",
+    "postStartCommand",
+    "postAttachCommand",
+)
+
+MountKind = Literal["bind", "volume", "tmpfs"]
+
+
+class DevcontainerError(CloisterError):
+    """A devcontainer.json Cloister cannot use: malformed, wrong types, or compose-based.
+
+    ``str()`` is ``<file>:<line>:<column>: <message>`` when the spot is known.
+    """
+
+    def __init__(
+        self, path: Path, message: str, line: int | None = None, column: int | None = None
+    ) -> None:
+        self.path = path
+        self.message = message
+        self.line = line
+        self.column = column
+        super().__init__(ConfigProblem(message, line, column).render(path))
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """One thing the file asked for, and what Cloister did with it."""
+
+    field: str  # where in the file: "runArgs[2]", "mounts[0]", "containerEnv.TOKEN"
+    value: str  # what it said, as text
+    outcome: Outcome
+    why: str
+    line: int | None = None  # 1-based, when it could be found
+
+    def describe(self) -> str:
+        """``runArgs[0] '--privileged': dropped: gives the container …``."""
+        return f"{self.field} {self.value!r}: {self.outcome}: {self.why}"
+
+    def render(self, path: Path) -> str:
+        """:meth:`describe` after ``<file>:<line>:``, as a warning names its spot."""
+        return ConfigProblem(self.describe(), self.line).render(path)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSource:
+    """Where the image comes from: a named ``image``, or a ``build`` of a Dockerfile.
+
+    Paths are absolute: the Dockerfile and the context are resolved against the
+    devcontainer.json's directory, as the specification says.
+    """
+
+    kind: Literal["image", "build"]
+    image: str | None = None
+    dockerfile: Path | None = None
+    context: Path | None = None
+    args: Mapping[str, str] = field(default_factory=dict)
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """A dev container Feature: its id (an OCI reference, a URL or a local path), options."""
+
+    id: str
+    options: Mapping[str, str | bool]
+    trusted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MountSpec:
+    """A mount Cloister keeps. ``source`` is a host path (bind), a volume name, or None."""
+
+    kind: MountKind
+    source: str | None
+    target: str
+    read_only: bool
+
+    def docker_argument(self) -> str:
+        """The value of ``docker run --mount`` (CSV, quoted where a value needs it)."""
+        fields = [f"type={self.kind}"]
+        if self.source is not None:
+            fields.append(f"source={self.source}")
+        fields.append(f"target={self.target}")
+        if self.read_only:
+            fields.append("readonly")
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="").writerow(fields)
+        return buffer.getvalue()
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleCommand:
+    """One command of a lifecycle stage, as argv.
+
+    The string form becomes ``("/bin/sh", "-c", text)``; the list form is the argv
+    itself (no shell); each entry of the object form is one named command, and the
+    commands of one stage run in parallel (``name`` is None for the other forms).
+    """
+
+    stage: LifecycleStage
+    name: str | None
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Devcontainer:
+    """A devcontainer.json with Cloister's overrides applied."""
+
+    path: Path
+    name: str | None
+    source: ImageSource
+    features: tuple[Feature, ...]
+    mounts: tuple[MountSpec, ...]  # only the kept ones; bind mounts are read-only
+    run_args: tuple[str, ...]  # the few harmless `docker run` options kept from runArgs
+    container_env: Mapping[str, str]
+    remote_env: Mapping[str, str | None]  # None: unset it; ${containerEnv:X} is left as is
+    user: str | None  # a non-root user name, or None
+    lifecycle: tuple[LifecycleCommand, ...]
+    overrides: tuple[Override, ...]
+
+    @property
+    def has_features(self) -> bool:
+        """Whether the file uses Features at all (installing them needs their registry)."""
+        return bool(self.features)
+
+    @property
+    def untrusted_features(self) -> tuple[Feature, ...]:
+        """The Features from sources nobody trusted: `cloister start` asks about these."""
+        return tuple(feature for feature in self.features if not feature.trusted)
+
+    @property
+    def warnings(self) -> tuple[Override, ...]:
+        """The overrides that were not simply kept."""
+        return tuple(item for item in self.overrides if item.outcome != "kept")
+
+    def commands(self, stage: LifecycleStage) -> tuple[LifecycleCommand, ...]:
+        return tuple(command for command in self.lifecycle if command.stage == stage)
+
+    def input_files(self) -> tuple[Path, ...]:
+        """The files the image depends on (this file, its Dockerfile), for change detection.
+
+        The build context's other files are not listed: a Dockerfile that copies them
+        is the CLI's to notice (docker's own cache does).
+        """
+        if self.source.dockerfile is not None:
+            return (self.path, self.source.dockerfile)
+        return (self.path,)
+
+
+def value_text(value: object) -> str:
+    """A JSON value as the text an override shows: strings as they are, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
