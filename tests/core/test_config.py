@@ -157,7 +157,8 @@ def test_broken_yaml_names_file_and_line(
         (
             "color: blue\n",
             ":1:1:",
-            "unknown key 'color' (expected one of: proxy, hostexec, defaults, guardian, agents)",
+            "unknown key 'color' (expected one of: proxy, hostexec, defaults, guardian, agents,"
+            " devcontainer)",
         ),
         (
             "proxy:\n  allow:\n    - domain: a.com\n    - domian: b.com\n",

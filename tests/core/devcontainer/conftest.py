@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,3 @@ def workspace(tmp_path: Path) -> Workspace:
         "SSH_AUTH_SOCK": "/tmp/ssh-XXXX/agent.1",
     }
     return Workspace(home=home, project=project, environ=environ)
-
-
-Loader = Callable[[str], Devcontainer]
