@@ -1,4 +1,4 @@
-"""``lifecycle.start`` without an engine: what it refuses before building anything."""
+"""``starting.start`` without an engine: what it refuses before building anything."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from cloister_cli import lifecycle
+from cloister_cli import lifecycle, starting
 from cloister_cli.cloisters import CloisterStartError
 from cloister_core.paths import CloisterPaths
 
@@ -38,7 +38,8 @@ def test_bad_refs_fail_before_any_image_is_built(
     def building(*args: object, **kwargs: object) -> None:
         raise AssertionError("built or started something before checking the refs")
 
-    monkeypatch.setattr(lifecycle, "ensure_guardian", building)
-    monkeypatch.setattr(lifecycle, "ensure_agent_image", building)
+    monkeypatch.setattr(starting, "ensure_guardian", building)
+    monkeypatch.setattr(starting, "ensure_agent_image", building)
+    monkeypatch.setattr(starting, "ensure_image", building)
     with pytest.raises(CloisterStartError, match=r"ref '.*/my-api/\.\./missing' does not exist"):
-        lifecycle.start(context, directory, allow_no_git=True)
+        starting.start(context, directory, starting.StartOptions(allow_no_git=True))

@@ -75,6 +75,8 @@ HEAVY = (
     "jinja2",
     "cloister_core.config",
     "cloister_cli.lifecycle",
+    "cloister_cli.starting",
+    "cloister_cli.projectimages",
 )
 
 PROBE = """

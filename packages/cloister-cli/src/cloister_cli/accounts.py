@@ -117,10 +117,15 @@ def accounts_dir(paths: CloisterPaths, cloister: str) -> Path:
     return paths.data_dir / "accounts" / cloister
 
 
+def files(paths: CloisterPaths, cloister: str) -> tuple[Path, Path]:
+    """Where :func:`write` puts the ``passwd`` and ``group`` files of *cloister*."""
+    directory = accounts_dir(paths, cloister)
+    return directory / "passwd", directory / "group"
+
+
 def write(paths: CloisterPaths, cloister: str, accounts: Accounts) -> tuple[Path, Path]:
     """The files to mount at ``/etc/passwd`` and ``/etc/group`` (world-readable, as there)."""
-    directory = accounts_dir(paths, cloister)
-    passwd, group = directory / "passwd", directory / "group"
+    passwd, group = files(paths, cloister)
     atomic_write(passwd, accounts.passwd, mode=0o644)
     atomic_write(group, accounts.group, mode=0o644)
     return passwd, group
@@ -130,15 +135,29 @@ def remove(paths: CloisterPaths, cloister: str) -> None:
     shutil.rmtree(accounts_dir(paths, cloister), ignore_errors=True)
 
 
+def valid_name(name: str) -> bool:
+    """Whether *name* may be an account name in a cloister (never root's)."""
+    return name != "root" and _NAME.fullmatch(name) is not None
+
+
 def for_cloister(
-    client: docker.DockerClient, paths: CloisterPaths, cloister: str, image: str, home: str
+    client: docker.DockerClient,
+    paths: CloisterPaths,
+    cloister: str,
+    image: str,
+    home: str,
+    *,
+    name: str | None = None,
 ) -> tuple[Path, Path]:
+    """Write the accounts of *cloister*: *name* (a devcontainer's ``remoteUser``) for the
+    user's uid when valid, else the host user's name (see :func:`with_user` for when the
+    image already has an account for the uid, or uses the name)."""
     uid, gid = os.getuid(), os.getgid()
     found = with_user(
         image_accounts(client, paths, image),
         uid=uid,
         gid=gid,
-        name=host_user_name(uid),
+        name=name if name is not None and valid_name(name) else host_user_name(uid),
         home=home,
     )
     return write(paths, cloister, found)

@@ -186,11 +186,14 @@ def prepare(
     home: str,
     refs: list[str],
     chosen: str | None,
+    write: bool = True,
 ) -> AgentPlan:
     """Set up every agent's state directory for cloister *record*; their variables and mounts.
 
     An agent whose setup fails (an ``existing-login`` whose login is gone) is left out
     with a warning, unless it is *chosen* (the agent to attach to): then the start fails.
+    With *write* False nothing is written (``cloister start --dry-run``): the same
+    variables and mounts, the files checked but not made.
     """
     environment: dict[str, str] = {}
     mounts: list[Mount] = []
@@ -213,7 +216,14 @@ def prepare(
     for agent in AGENTS.values():
         try:
             variables, mount = _prepare_one(
-                paths, agent, record, config, host_home=host_home, home=home, rules=rules
+                paths,
+                agent,
+                record,
+                config,
+                host_home=host_home,
+                home=home,
+                rules=rules,
+                write=write,
             )
         except (AgentSetupError, credentials.CredentialError) as error:
             if agent.name == chosen:
@@ -234,6 +244,7 @@ def _prepare_one(
     host_home: Path,
     home: str,
     rules: str,
+    write: bool = True,
 ) -> tuple[dict[str, str], Mount]:
     settings = config.agents.of(agent.name)
     stored = credentials.load(paths, agent.name)
@@ -255,6 +266,8 @@ def _prepare_one(
         gateway_url=gateway_url,
     )
     root = state_dir(paths, record.project, agent.name)
+    if not write:
+        return variables, bind(root, agent.config_dir(home), read_only=False)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     disarm_repositories(root)
     if method != "existing-login":

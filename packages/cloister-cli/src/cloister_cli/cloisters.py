@@ -21,7 +21,8 @@ removed by :func:`stop`, after which the proxy and the gateways refuse it at onc
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import posixpath
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -125,6 +126,35 @@ class Forbidden:
 
 
 @dataclass(frozen=True, slots=True)
+class Extras:
+    """What a devcontainer.json adds to a cloister: only what cannot weaken it.
+
+    Made by :func:`cloister_cli.devoverrides.extras_for` from the overrides the loader
+    kept; :func:`plan` still drops a variable of Cloister's own and a mount that would
+    cover one of Cloister's.
+    """
+
+    mounts: tuple[Mount, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    hostname: str | None = None
+    shm_size: str | None = None
+
+
+# Variables that are Cloister's whatever their case: the proxy is the only way out.
+_PROXY_NAMES = frozenset({"http_proxy", "https_proxy", "no_proxy", "all_proxy"})
+
+
+def cloister_owned(name: str, own: Iterable[str]) -> bool:
+    """Whether the variable *name* is Cloister's (or an agent's), so nothing overrides it."""
+    return (
+        name in own
+        or name.upper().startswith("CLOISTER_")
+        or name.lower() in _PROXY_NAMES
+        or name == "HOME"
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerPlan:
     """Everything ``docker run`` gets for one cloister (pure data, easy to inspect)."""
 
@@ -137,13 +167,17 @@ class ContainerPlan:
     labels: dict[str, str]
     limits: DefaultsConfig
     tmpfs: dict[str, str] = field(default_factory=dict)
+    hostname: str | None = None  # None: the cloister's name
+    shm_size: str | None = None  # None: Docker's default
+    notes: tuple[str, ...] = ()  # what of the devcontainer's extras was left out, and why
 
     def run_kwargs(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"shm_size": self.shm_size} if self.shm_size else {}
         return {
             "image": self.image,
             "command": ["sleep", "infinity"],
             "name": self.container,
-            "hostname": self.name,
+            "hostname": self.hostname or self.name,
             "detach": True,
             "user": self.user,
             "working_dir": "/work",
@@ -158,6 +192,7 @@ class ContainerPlan:
             "mem_limit": self.limits.memory,
             "nano_cpus": int(self.limits.cpus * 1_000_000_000),
             "pids_limit": self.limits.pids,
+            **extra,
         }
 
 
@@ -222,12 +257,15 @@ def plan(
     agent_environment: dict[str, str] | None = None,
     agent_mounts: Iterable[Mount] = (),
     accounts: tuple[Path, Path] | None = None,
+    extras: Extras | None = None,
 ) -> ContainerPlan:
     """What ``docker run`` gets; *git_plan* is :func:`gitmounts.plan` of the workspace.
 
     *agent_environment* and *agent_mounts* come from :func:`agentstate.prepare` (the
     cloister's own variables win over them); *accounts* are the ``passwd`` and ``group``
-    files of :mod:`cloister_cli.accounts`, mounted read-only over the image's.
+    files of :mod:`cloister_cli.accounts`, mounted read-only over the image's. *extras*
+    (a devcontainer's) come last and lowest: their variables never replace Cloister's,
+    and their mounts never cover one of Cloister's.
     """
     forbidden.check(workspace.directory, "the project")
     for mount in git_plan.mounts:
@@ -241,12 +279,30 @@ def plan(
             bind(accounts[1], "/etc/group", read_only=True),
         ]
     uid, gid = os.getuid(), os.getgid()
+    own_environment = (agent_environment or {}) | environment_for(record)
+    extras = extras or Extras()
+    notes: list[str] = []
+    environment: dict[str, str] = {}
+    for key, value in extras.environment.items():
+        if cloister_owned(key, own_environment):
+            notes.append(f"variable {key} not set from devcontainer.json: Cloister sets it")
+        else:
+            environment[key] = value
+    taken = [str(mount["Target"]) for mount in mounts] + [HOME]
+    for mount in extras.mounts:
+        target = str(mount["Target"])
+        clash = next((own for own in taken if _overlaps(target, own)), None)
+        if clash is not None:
+            notes.append(f"mount on {target} dropped: it would cover Cloister's own {clash}")
+            continue
+        taken.append(target)
+        mounts.append(mount)
     return ContainerPlan(
         name=name,
         container=container_name(name),
         image=image,
         user=f"{uid}:{gid}",
-        environment=(agent_environment or {}) | environment_for(record),
+        environment=environment | own_environment,
         mounts=mounts,
         labels={
             LABEL: name,
@@ -258,7 +314,21 @@ def plan(
         limits=limits,
         # A home the user owns, whatever uid the image was built with.
         tmpfs={HOME: f"uid={uid},gid={gid},mode=0700"},
+        hostname=extras.hostname,
+        shm_size=extras.shm_size,
+        notes=tuple(notes),
     )
+
+
+def _overlaps(target: str, own: str) -> bool:
+    """Whether a mount on *target* would cover, or sit inside, Cloister's mount on *own*
+    (below ``/work`` is fine: a volume for ``node_modules`` is the usual case)."""
+    target, own = posixpath.normpath(target), posixpath.normpath(own)
+    if target == own:
+        return True
+    if own != "/work" and target.startswith(own.rstrip("/") + "/"):
+        return True
+    return own.startswith(target.rstrip("/") + "/")
 
 
 # -- lifecycle -------------------------------------------------------------------------

@@ -93,14 +93,18 @@ class GitPlan:
 # -- the commondir pin -------------------------------------------------------------------
 
 
-def _pin_commondir(common: Path, made: list[Path] | None = None, *, strict: bool = True) -> Path:
-    """``commondir`` holding the pin (created when missing; recorded in *made* then);
-    a different one is refused when *strict*, else kept (and made read-only)."""
+def _pin_commondir(
+    common: Path, made: list[Path] | None = None, *, strict: bool = True, create: bool = True
+) -> Path:
+    """``commondir`` holding the pin (created when missing, unless not *create*; recorded
+    in *made* then); a different one is refused when *strict*, else kept (and made
+    read-only)."""
     pin = common / "commondir"
     try:
         text = pin.read_text(encoding="utf-8")
     except FileNotFoundError:
-        atomic_write(pin, COMMONDIR_PIN, mode=0o644)
+        if create:
+            atomic_write(pin, COMMONDIR_PIN, mode=0o644)
         if made is not None:
             made.append(pin)
         return pin
@@ -135,7 +139,13 @@ def remove_placeholders(placeholders: Iterable[Path], roots: Iterable[Path]) -> 
 
 
 def _git_directory_files(
-    plan: GitPlan, common: Path, gitdir: Path, *, per_worktree: bool, nested: bool = False
+    plan: GitPlan,
+    common: Path,
+    gitdir: Path,
+    *,
+    per_worktree: bool,
+    nested: bool = False,
+    create: bool = True,
 ) -> list[Path]:
     """What git reads code to run from (or config that names it) in the git directory.
 
@@ -145,25 +155,32 @@ def _git_directory_files(
     config and pointers; ``config.worktree`` when ``extensions.worktreeConfig`` is on.
     """
     hooks = common / "hooks"
-    if not hooks.exists():
+    if not hooks.exists() and create:
         hooks.mkdir()  # a missing directory could be created from inside
     # The project's own pin stays while any cloister uses the repository; one in a nested
     # repository of the human's is this session's (recorded, removed at the end).
-    pin = _pin_commondir(common, plan.pins, strict=False) if nested else _pin_commondir(common)
+    pin = (
+        _pin_commondir(common, plan.pins, strict=False, create=create)
+        if nested
+        else _pin_commondir(common, create=create)
+    )
     found = [hooks, common / "config", pin]
     # Remotes the old way (`remotes/<name>`, `branches/<name>`): `git push` takes a URL
     # from them, and a local path runs git-receive-pack, and hooks, in that repository.
     for legacy in (common / "remotes", common / "branches"):
         if not legacy.exists():
-            legacy.mkdir()
+            if create:
+                legacy.mkdir()
             plan.placeholders.append(legacy)
         found.append(legacy)
     found += [common / name for name in ("worktrees", "modules") if (common / name).is_dir()]
     for directory in dict.fromkeys((common, gitdir)):
         config_worktree = directory / "config.worktree"
         if per_worktree and not config_worktree.exists():
-            config_worktree.touch(mode=0o644)  # else the agent could create it
-        if config_worktree.exists():
+            if create:
+                config_worktree.touch(mode=0o644)  # else the agent could create it
+            found.append(config_worktree)
+        elif config_worktree.exists():
             found.append(config_worktree)
     if gitdir != common:  # a linked worktree's own pointers
         found += [gitdir / name for name in ("commondir", "gitdir") if (gitdir / name).exists()]
@@ -203,6 +220,7 @@ class _TreeScan:
     roots: tuple[Path, ...]  # the work tree and the git directories: where the agent writes
     already: list[Path]  # read-only already (the git directory's files)
     pinned: set[Path] = field(default_factory=set)  # directories that are mount points
+    create: bool = True  # False: plan only (``cloister start --dry-run``), nothing is made
 
     def covered(self, path: Path) -> bool:
         return any(_inside(path, done) for done in self.already)
@@ -220,7 +238,7 @@ class _TreeScan:
                 f"{str(path)!r} ({reason}) is reached through a symbolic link inside the"
                 " project, which the agent could point elsewhere; make it a real path"
             )
-        if not path.exists():
+        if not path.exists() and self.create:
             self._make(path, root, directory=directory)
         self._pin_ancestors(path, root)
         self.already.append(path)
@@ -342,7 +360,12 @@ def _nested_repositories(scan: _TreeScan, nested: Sequence[Path], home: Path) ->
         elif dot_git.is_dir():
             per_worktree = git.worktree_config(repository)
             files = _git_directory_files(
-                scan.plan, dot_git, dot_git, per_worktree=per_worktree, nested=True
+                scan.plan,
+                dot_git,
+                dot_git,
+                per_worktree=per_worktree,
+                nested=True,
+                create=scan.create,
             )
             for path in files:
                 scan.protect(path, "a repository inside the project runs code from it", tell=False)
@@ -352,8 +375,18 @@ def _nested_repositories(scan: _TreeScan, nested: Sequence[Path], home: Path) ->
 # -- the plan --------------------------------------------------------------------------------
 
 
-def plan(worktree: Path, *, is_git: bool, home: Path, nested: Iterable[Path] = ()) -> GitPlan:
+def plan(
+    worktree: Path,
+    *,
+    is_git: bool,
+    home: Path,
+    nested: Iterable[Path] = (),
+    create: bool = True,
+) -> GitPlan:
     """The git mounts of a cloister working in *worktree*.
+
+    With *create* False nothing is written (no placeholder, no pin): the same mounts,
+    for ``cloister start --dry-run``, naming paths that a start would create.
 
     *nested* are the ``.git`` entries of repositories nested in the work tree (found by
     the start-time review scan). A main checkout's ``.git`` is mounted at ``/work/.git``
@@ -378,7 +411,9 @@ def plan(worktree: Path, *, is_git: bool, home: Path, nested: Iterable[Path] = (
             f"{str(gitdir / 'commondir')!r} exists: this repository's configuration lives"
             f" in {str(common)!r}, and Cloister cannot keep it read-only"
         )
-    files = _git_directory_files(result, common, gitdir, per_worktree=git.worktree_config(worktree))
+    files = _git_directory_files(
+        result, common, gitdir, per_worktree=git.worktree_config(worktree), create=create
+    )
     if dot_git.is_dir() and gitdir == common:
         inside = WORK / ".git"
         result.mounts.append(bind(common, inside, read_only=False))
@@ -396,7 +431,7 @@ def plan(worktree: Path, *, is_git: bool, home: Path, nested: Iterable[Path] = (
     else:
         raise UnusualRepositoryError(f"{str(dot_git)!r} is neither a directory nor a file")
     already = [*files, *([dot_git] if dot_git.is_file() else [])]
-    scan = _TreeScan(result, worktree, (worktree, common, gitdir), already)
+    scan = _TreeScan(result, worktree, (worktree, common, gitdir), already, create=create)
     _repository_paths(scan, worktree, common, home)
     _gitmodules(scan)
     _nested_repositories(scan, list(nested), home)

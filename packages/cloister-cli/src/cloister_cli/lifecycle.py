@@ -1,7 +1,8 @@
-"""What the commands do, as library calls: start, stop, find, and the shared context.
+"""What the commands do, as library calls: the shared context, images, find, stop, exec.
 
 The click commands in :mod:`cloister_cli.commands` parse options and print; everything
-else happens here, so it can be used (and tested) without a terminal.
+else happens here, so it can be used (and tested) without a terminal. ``cloister
+start`` (and its dry run) is :mod:`cloister_cli.starting`, which builds on this module.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from pathlib import Path, PurePosixPath
 import docker
 import docker.errors
 
-from cloister_cli import accounts, agentstate, cloisters, git, listing, projects, sessions
-from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
-from cloister_cli.gitmounts import Protection
+from cloister_cli import accounts, agentstate, cloisters, listing, sessions
+from cloister_cli.cloisters import CloisterStartError
 from cloister_cli.guardian import Guardian
 from cloister_cli.hub_client import HubClient
 from cloister_cli.images import (
@@ -27,13 +27,12 @@ from cloister_cli.images import (
     is_current,
     source_fingerprint,
 )
-from cloister_cli.refs import check_refs
 from cloister_cli.workspace import SourceTreeError, source_tree
 from cloister_core import stack
-from cloister_core.config import load_global_config, load_project_config
+from cloister_core.config import load_global_config
 from cloister_core.config.models import GlobalConfig
 from cloister_core.errors import CloisterError
-from cloister_core.names import cloister_name, container_name, sanitize_branch
+from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import read_session
 
@@ -86,6 +85,10 @@ class Context:
     def require_source(self) -> Path:
         return source_tree()
 
+    def without_writing(self) -> None:
+        """Read the config without writing the default one (``start --dry-run``)."""
+        self.__dict__["config"] = load_global_config(self.paths, create=False)
+
 
 # -- images ----------------------------------------------------------------------------
 
@@ -132,135 +135,6 @@ def ensure_agent_image(context: Context, image: str, progress: Progress) -> None
             on_line=lambda line: progress(image, line),
             fingerprint=fingerprint,
         )
-
-
-# -- start -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StartOutcome:
-    name: str
-    container: str
-    workspace: Workspace
-    created: bool
-    warnings: tuple[str, ...]
-    protections: tuple[Protection, ...] = ()
-
-
-def workspace_for(
-    context: Context,
-    directory: Path,
-    *,
-    project_name: str | None,
-    branch: str | None,
-    allow_no_git: bool,
-) -> tuple[Workspace, str]:
-    """The workspace and cloister name for *directory* (creating a worktree for -b)."""
-    project = projects.identify(directory, project_name, allow_no_git=allow_no_git)
-    if branch is None:
-        return Workspace(project, project.root), cloister_name(project.name)
-    if not project.git:
-        raise CloisterStartError("-b BRANCH needs a git repository")
-    destination = context.paths.worktree(project.name, sanitize_branch(branch))
-    if not destination.exists():
-        git.add_worktree(project.root, destination, branch)
-    return Workspace(project, destination, branch), cloister_name(project.name, branch)
-
-
-def start(
-    context: Context,
-    directory: Path,
-    *,
-    project_name: str | None = None,
-    branch: str | None = None,
-    image: str | None = None,
-    agent: str | None = None,
-    allow_no_git: bool = False,
-    progress: Progress = lambda what, line: None,
-) -> StartOutcome:
-    """Start (or find running) the cloister for *directory*.
-
-    Every agent is set up in it (:mod:`cloister_cli.agentstate`); *agent* is the one
-    that must be: its setup failing fails the start, another's is a warning.
-    """
-    warnings: list[str] = []
-    workspace, name = workspace_for(
-        context, directory, project_name=project_name, branch=branch, allow_no_git=allow_no_git
-    )
-    if not workspace.project.git:
-        warnings.append(
-            f"{workspace.directory} is not a git repository: nothing can undo what the agent"
-            " changes there"
-        )
-    projects.register(context.paths, workspace.project)
-    existing = cloisters.find(context.docker, name)
-    if existing is not None:
-        if existing.labels.get(stack.LABEL_PATH) != str(workspace.directory):
-            raise CloisterStartError(
-                f"cloister {name!r} already runs for {existing.labels.get(stack.LABEL_PATH)};"
-                " choose another project name with -p NAME"
-            )
-        if existing.status == "paused":
-            raise CloisterStartError(
-                f"cloister {name!r} was paused by Cloister's git guard: it planted something"
-                f" in the repository; see `cloister review {name}`, then `cloister stop {name}`"
-            )
-        if existing.status == "running" and context.paths.token_file(name).exists():
-            return StartOutcome(name, existing.name or "", workspace, False, tuple(warnings))
-        stop(context, name)  # a dead one: start afresh
-    check_refs(context.paths, workspace.project, context.home)  # before minutes of building
-    ensure_guardian(context, progress)
-    chosen_image = image or context.config.defaults.image
-    ensure_agent_image(context, chosen_image, progress)
-    project_config = load_project_config(context.paths, workspace.project.name)
-    record = cloisters.new_token(workspace, name)
-    refs = [Path(ref) for ref in project_config.refs]
-    forbidden = Forbidden.for_host(context.paths, context.home)
-    agent_plan = agentstate.prepare(
-        context.paths,
-        record=record,
-        config=context.config,
-        project_config=project_config,
-        host_home=context.home,
-        home=cloisters.HOME,
-        refs=[
-            PurePosixPath(mount["Target"]).name
-            for mount in cloisters.ref_mounts(workspace, refs, forbidden)
-        ],
-        chosen=agent,
-    )
-    warnings.extend(agent_plan.warnings)
-    identity = accounts.for_cloister(
-        context.docker, context.paths, name, chosen_image, cloisters.HOME
-    )
-    prepared = sessions.prepare(context.paths, workspace, name, home=context.home)
-    try:
-        plan = cloisters.plan(
-            workspace,
-            name,
-            record,
-            image=chosen_image,
-            limits=context.config.defaults,
-            refs=refs,
-            forbidden=forbidden,
-            git_plan=prepared.git_plan,
-            agent_environment=agent_plan.environment,
-            agent_mounts=agent_plan.mounts,
-            accounts=identity,
-        )
-        container = cloisters.create(context.docker, context.paths, plan, record)
-    except BaseException:
-        sessions.release(context.docker, context.paths, prepared.session, held=False)
-        accounts.remove(context.paths, name)
-        raise
-    return StartOutcome(
-        name,
-        container.name or plan.container,
-        workspace,
-        True,
-        tuple(warnings),
-        tuple(prepared.git_plan.protections),
-    )
 
 
 # -- finding and stopping ------------------------------------------------------------------

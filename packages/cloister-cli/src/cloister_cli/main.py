@@ -64,6 +64,11 @@ COMMANDS = {
     "approvals": Entry(
         "approvals:approvals", "What waits for a decision, and deciding it without the browser."
     ),
+    "images": Entry(
+        "images:images",
+        "Project images: what `cloister start` builds from devcontainer.json and"
+        " .cloister/Dockerfile.",
+    ),
     "config": Entry("config:config", "Inspect and validate Cloister's configuration."),
     "completion": Entry(
         "completion:completion",

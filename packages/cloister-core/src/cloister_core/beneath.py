@@ -14,7 +14,7 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -179,3 +179,29 @@ def remove_if_empty(root: Path, relative: str) -> bool:
     except OSError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def open_directory(root: Path, parts: Sequence[str] = ()) -> Iterator[int | None]:
+    """A descriptor of ``root/parts…``, each part entered without following links.
+
+    Yields None when a part is missing, not a directory, or a symbolic link: what git
+    would reach through a link there is reported elsewhere, never read here.
+    """
+    try:
+        fd = os.open(root, _DIRECTORY)
+    except OSError:
+        yield None
+        return
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, _DIRECTORY, dir_fd=fd)
+            except OSError:
+                yield None
+                return
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)

@@ -17,11 +17,21 @@ from typing import TYPE_CHECKING
 import click
 
 from cloister_cli import completion_sources, listing
-from cloister_cli.commands.output import build_progress, console, note, print_json, warn
+from cloister_cli.commands.output import (
+    build_progress,
+    confirm_shape,
+    console,
+    note,
+    print_json,
+    warn,
+)
 from cloister_core import stack
 
 if TYPE_CHECKING:
     from cloister_cli.lifecycle import Context
+    from cloister_cli.starting import StartOptions as LifecycleOptions
+    from cloister_cli.starting import StartOutcome
+    from cloister_core.devcontainer import Devcontainer
 
 
 @click.command()
@@ -42,6 +52,18 @@ if TYPE_CHECKING:
 @click.option(
     "--allow-no-git", is_flag=True, help="Allow a directory that is not a git repository."
 )
+@click.option(
+    "--devcontainer",
+    "devcontainer_path",
+    type=click.Path(path_type=Path),
+    help="Use this devcontainer.json (or directory holding one).",
+)
+@click.option("--no-devcontainer", is_flag=True, help="Ignore the project's devcontainer.json.")
+@click.option(
+    "-y", "--yes", "assume_yes", is_flag=True, help="Accept a changed shape without asking."
+)
+@click.option("--dry-run", is_flag=True, help="Print what would be built and run; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON for scripts.")
 @click.pass_obj
 def start(
     context: Context,
@@ -51,6 +73,11 @@ def start(
     agent: str | None,
     image: str | None,
     allow_no_git: bool,
+    devcontainer_path: Path | None,
+    no_devcontainer: bool,
+    assume_yes: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Start (or enter) the cloister for this directory, then attach a shell.
 
@@ -58,6 +85,13 @@ def start(
     cloister again just attaches; it keeps its token. Claude Code, Codex and
     Gemini CLI are set up in every cloister (`cloister setup` logs them in),
     with their own prompts off: the cloister is the sandbox.
+
+    The project's devcontainer.json (.devcontainer/cloister/, .devcontainer/
+    or .devcontainer.json) gives the image, and what cannot weaken the
+    cloister; everything else is dropped with a warning. Its lifecycle
+    commands run inside. When those files changed since you last started the
+    project (the agent can write them), the difference is shown and you are
+    asked; --yes accepts it (for scripts).
 
     \b
     Examples:
@@ -67,21 +101,37 @@ def start(
       cloister start -d --image cloister-slim:latest
       cloister start -b feature/login     # worktree + cloister my-api-feature-login
       cloister start -p work-my-api       # when another project is called my-api
+      cloister start --dry-run            # the image, the overrides, the docker run
+      cloister start --dry-run --json | jq -r .command
+      cloister start -d --yes --devcontainer .devcontainer/ci
     """
-    from cloister_cli import agentstate, lifecycle  # noqa: PLC0415 - see the module docstring
+    from cloister_cli import agentstate, starting  # noqa: PLC0415 - see the module docstring
 
+    if as_json and not dry_run:
+        raise click.UsageError("--json goes with --dry-run")
+    if no_devcontainer and devcontainer_path is not None:
+        raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
+    if dry_run:
+        context.without_writing()
     agent = agent or context.config.defaults.agent
+    interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    options = starting.StartOptions(
+        project_name=project_name,
+        branch=branch,
+        image=image,
+        agent=agent,
+        allow_no_git=allow_no_git,
+        devcontainer=devcontainer_path,
+        no_devcontainer=no_devcontainer,
+        assume_yes=assume_yes,
+        confirm=confirm_shape if interactive else None,
+        on_devcontainer=None if dry_run else _show_overrides,
+    )
+    if dry_run:
+        _dry_run(context, options, as_json=as_json)
+        return
     with build_progress() as progress:
-        outcome = lifecycle.start(
-            context,
-            Path.cwd(),
-            project_name=project_name,
-            branch=branch,
-            image=image,
-            agent=agent,
-            allow_no_git=allow_no_git,
-            progress=progress,
-        )
+        outcome = starting.start(context, Path.cwd(), options, progress=progress)
     for message in outcome.warnings:
         warn(message)
     if outcome.protections:
@@ -95,8 +145,12 @@ def start(
         f"cloister {click.style(outcome.name, bold=True)} {verb} ({outcome.container});"
         f" approvals: {context.guardian.ui_url}"
     )
+    if outcome.created:
+        _lifecycle(context, outcome, "create")
     if detach:
         return
+    if outcome.created:
+        _lifecycle(context, outcome, "attach")
     command = (
         agentstate.attach_argv(agent, context.config) if agent else [context.config.defaults.shell]
     )
@@ -106,6 +160,44 @@ def start(
     result = subprocess.run([docker_cli, "exec", "-it", outcome.container, *command], check=False)
     note(f"left cloister {outcome.name} (still running; `cloister stop {outcome.name}` ends it)")
     raise SystemExit(result.returncode)
+
+
+def _show_overrides(devcontainer: Devcontainer) -> None:
+    """What the devcontainer.json asked for and did not get, with the reason and line."""
+    for item in devcontainer.warnings:
+        warn(item.render(devcontainer.path))
+
+
+def _dry_run(context: Context, options: LifecycleOptions, *, as_json: bool) -> None:
+    from cloister_cli import dryrun, starting  # noqa: PLC0415 - see the module docstring
+
+    preview = starting.preview(context, Path.cwd(), options)
+    if as_json:
+        print_json(dryrun.to_json(preview))
+    else:
+        click.echo(dryrun.render(preview), nl=False)
+
+
+def _lifecycle(context: Context, outcome: StartOutcome, when: str) -> None:
+    """Run the devcontainer's lifecycle commands of *when* inside the cloister; a failure
+    is a warning (the cloister stays up)."""
+    from cloister_cli import devlifecycle  # noqa: PLC0415 - see the module docstring
+
+    devcontainer = outcome.devcontainer
+    if devcontainer is None or not devcontainer.lifecycle:
+        return
+    stages = devlifecycle.CREATE_STAGES if when == "create" else devlifecycle.ATTACH_STAGES
+    outcomes = devlifecycle.run_stages(
+        context.docker,
+        outcome.container,
+        devcontainer.lifecycle,
+        stages,
+        user=outcome.user,
+        on_line=lambda what, line: note(f"[{what}] {line}"),
+    )
+    for each in outcomes:
+        if each.failed:
+            warn(each.describe())
 
 
 @click.command("list")

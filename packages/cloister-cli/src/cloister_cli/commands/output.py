@@ -68,3 +68,10 @@ def build_progress() -> Iterator[Callable[[str, str], None]]:
             shown[0].update(f"[bold]building {what}[/]  {line[:100]}")
 
         yield live
+
+
+def confirm_shape(difference: str) -> bool:
+    """Show how the files a cloister's image is built from changed; ask to use them."""
+    note("The files this cloister is built from changed since you last started it:")
+    click.echo(difference, err=True, nl=False)
+    return click.confirm("Start with them?", default=False, err=True)

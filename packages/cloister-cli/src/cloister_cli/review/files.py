@@ -10,18 +10,17 @@ middle of a path is never crossed), only regular files are read, and at most
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import stat
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from cloister_core.beneath import open_directory
+
 READ_LIMIT = 1024 * 1024
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 EntryKind = Literal["file", "symlink", "directory", "fifo", "other"]
 
@@ -125,32 +124,6 @@ def read_entry(name: str | Path, *, dir_fd: int | None = None) -> Entry | None:
         return Entry(path, "file", b"".join(chunks), opened.st_size, mode=opened.st_mode)
     except OSError as error:
         return Entry(path, "file", size=info.st_size, mode=info.st_mode, error=error.strerror)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def open_directory(root: Path, parts: Sequence[str] = ()) -> Iterator[int | None]:
-    """A descriptor of ``root/parts…``, each part entered without following links.
-
-    Yields None when a part is missing, not a directory, or a symbolic link: what git
-    would reach through a link there is reported elsewhere, never read here.
-    """
-    try:
-        fd = os.open(root, _DIR_FLAGS)
-    except OSError:
-        yield None
-        return
-    try:
-        for part in parts:
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                yield None
-                return
-            os.close(fd)
-            fd = child
-        yield fd
     finally:
         os.close(fd)
 

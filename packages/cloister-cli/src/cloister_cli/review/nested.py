@@ -18,11 +18,11 @@ from cloister_cli.review.files import (
     READ_LIMIT,
     Entry,
     inside,
-    open_directory,
     read_below,
     read_entry,
 )
 from cloister_cli.review.gitreads import Git, ParsedConfig
+from cloister_core.beneath import open_directory
 
 CONFIG_FILES = ("config", "config.worktree")
 GITFILE_PREFIX = b"gitdir:"

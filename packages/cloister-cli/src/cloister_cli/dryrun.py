@@ -1,0 +1,212 @@
+"""``cloister start --dry-run``: the plan a start would carry out, for people and scripts.
+
+The ``docker run`` equivalent is made from :meth:`ContainerPlan.run_kwargs` itself, key
+by key (a key this module does not know is an error, so the two cannot drift apart),
+with secrets masked: the cloister's token wherever it appears (``CLOISTER_TOKEN``, the
+proxy URLs, an agent's key variable) and the value of any variable whose name looks
+like a secret are shown as ``***``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import shlex
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from docker.types import Mount
+
+from cloister_core.errors import CloisterError
+
+if TYPE_CHECKING:
+    from cloister_cli.starting import Preview
+
+MASK = "***"
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|PRIVATE|API_?KEY|(?:^|_)KEYS?(?:_|$)",
+    re.IGNORECASE,
+)
+
+
+def masked(name: str, value: str, secret: str) -> str:
+    """*value* of variable *name* as shown: the token replaced, a secret's value hidden."""
+    if _SECRET_NAME.search(name):
+        return MASK
+    return value.replace(secret, MASK) if secret else value
+
+
+def mount_argument(mount: Mount) -> str:
+    """The ``--mount`` value of a docker SDK mount (CSV, quoted where needed)."""
+    fields = [f"type={mount['Type']}"]
+    if mount.get("Source"):
+        fields.append(f"source={mount['Source']}")
+    fields.append(f"target={mount['Target']}")
+    if mount.get("ReadOnly"):
+        fields.append("readonly")
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow(fields)
+    return buffer.getvalue()
+
+
+def _cpus(nano: int) -> str:
+    return f"{nano / 1_000_000_000:.9f}".rstrip("0").rstrip(".")
+
+
+def docker_run_argv(kwargs: Mapping[str, Any], *, secret: str = "") -> list[str]:
+    """``docker run …`` equivalent to ``containers.run(**kwargs)``; secrets masked.
+
+    Raises :class:`CloisterError` for a keyword it cannot express (a programming error:
+    the dry run must never show less than the start does).
+    """
+    flags: list[str] = []
+    rest = dict(kwargs)
+    image = rest.pop("image")
+    command = rest.pop("command", [])
+    if rest.pop("detach", False):
+        flags.append("--detach")
+    simple = {
+        "name": "--name",
+        "hostname": "--hostname",
+        "user": "--user",
+        "working_dir": "--workdir",
+        "network": "--network",
+        "mem_limit": "--memory",
+        "pids_limit": "--pids-limit",
+        "shm_size": "--shm-size",
+    }
+    for key, flag in simple.items():
+        if key in rest:
+            flags += [flag, str(rest.pop(key))]
+    if rest.pop("init", False):
+        flags.append("--init")
+    for capability in rest.pop("cap_drop", []):
+        flags += ["--cap-drop", capability]
+    for option in rest.pop("security_opt", []):
+        flags += ["--security-opt", option]
+    if "nano_cpus" in rest:
+        flags += ["--cpus", _cpus(int(rest.pop("nano_cpus")))]
+    for key, value in rest.pop("labels", {}).items():
+        flags += ["--label", f"{key}={value}"]
+    for target, options in rest.pop("tmpfs", {}).items():
+        flags += ["--tmpfs", f"{target}:{options}" if options else target]
+    for mount in rest.pop("mounts", []):
+        flags += ["--mount", mount_argument(mount)]
+    for name, value in rest.pop("environment", {}).items():
+        flags += ["--env", f"{name}={masked(name, value, secret)}"]
+    if rest:
+        raise CloisterError(f"the dry run cannot show docker run options {sorted(rest)}")
+    return ["docker", "run", *flags, image, *command]
+
+
+_BOOLEAN_FLAGS = frozenset({"--detach", "--init"})
+
+
+def command_text(argv: list[str], *, multiline: bool = False) -> str:
+    """*argv* quoted for a POSIX shell; one option per line when *multiline*."""
+    if not multiline:
+        return shlex.join(argv)
+    lines: list[str] = [shlex.join(argv[:2])]
+    index = 2
+    while index < len(argv):
+        item = argv[index]
+        if item in _BOOLEAN_FLAGS:
+            lines.append(item)
+            index += 1
+        elif item.startswith("--") and index + 1 < len(argv):
+            lines.append(shlex.join(argv[index : index + 2]))
+            index += 2
+        else:  # the image and its command
+            lines.append(shlex.join(argv[index:]))
+            break
+    return " \\\n    ".join(lines)
+
+
+def to_json(preview: Preview) -> dict[str, Any]:
+    """The dry run for scripts (``--dry-run --json``)."""
+    argv = docker_run_argv(preview.plan.run_kwargs(), secret=preview.secret)
+    devcontainer = preview.devcontainer
+    image = preview.image
+    return {
+        "cloister": preview.name,
+        "container": preview.plan.container,
+        "directory": str(preview.workspace.directory),
+        "project": preview.workspace.project.name,
+        "running": preview.running,
+        "guardian_running": preview.guardian_running,
+        "image": {
+            "tag": image.tag,
+            "key": image.key,
+            "exists": image.cached,
+            "steps": list(image.steps),
+            "agent_image_built_first": preview.agent_image,
+        },
+        "devcontainer": None
+        if devcontainer is None
+        else {
+            "path": str(devcontainer.path),
+            "overrides": [
+                {
+                    "field": item.field,
+                    "value": item.value,
+                    "outcome": item.outcome,
+                    "why": item.why,
+                    "line": item.line,
+                }
+                for item in devcontainer.overrides
+            ],
+            "lifecycle": [
+                {"stage": item.stage, "name": item.name, "argv": list(item.argv)}
+                for item in devcontainer.lifecycle
+            ],
+        },
+        "shape": {
+            "changed": bool(preview.shape_difference),
+            "difference": preview.shape_difference,
+        },
+        "notes": list(preview.notes),
+        "warnings": list(preview.warnings),
+        "docker_run": argv,
+        "command": command_text(argv),
+    }
+
+
+def render(preview: Preview) -> str:
+    """The dry run for people: what would be built, decided and run."""
+    out: list[str] = ["cloister start --dry-run: nothing was built, written or started", ""]
+    plan = preview.plan
+    out.append(f"cloister   {preview.name} ({plan.container}) in {preview.workspace.directory}")
+    if preview.running:
+        out.append("           runs already: `cloister start` would attach to it")
+    guardian = "running" if preview.guardian_running else "would be started (and built if needed)"
+    out.append(f"guardian   {guardian}")
+    image = preview.image
+    state = "exists" if image.cached else "would be built"
+    out.append(f"image      {image.tag} ({state})")
+    if preview.agent_image is not None:
+        out.append(f"  - build Cloister's agent image {preview.agent_image} first")
+    out += [f"  - {step}" for step in image.steps]
+    devcontainer = preview.devcontainer
+    if devcontainer is None:
+        out.append("devcontainer.json  none used")
+    else:
+        out.append(f"devcontainer.json  {devcontainer.path}")
+        width = max((len(item.outcome) for item in devcontainer.overrides), default=0)
+        for item in devcontainer.overrides:
+            where = f"  (line {item.line})" if item.line else ""
+            out.append(f"  {item.outcome:<{width}}  {item.field} {item.value!r}: {item.why}{where}")
+        for command in devcontainer.lifecycle:
+            stage = command.stage if command.name is None else f"{command.stage}:{command.name}"
+            out.append(f"  runs     {stage}: {shlex.join(command.argv)}")
+    if preview.shape_difference:
+        out.append("shape      changed since last approved: `cloister start` would ask")
+        out += [f"  {line}" for line in preview.shape_difference.rstrip("\n").split("\n")]
+    else:
+        out.append("shape      as approved")
+    out += [f"note       {note}" for note in preview.notes]
+    out += [f"warning    {warning}" for warning in preview.warnings]
+    out += ["", f"docker run equivalent (secrets shown as {MASK}):", ""]
+    argv = docker_run_argv(plan.run_kwargs(), secret=preview.secret)
+    out.append(command_text(argv, multiline=True))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,106 @@
+"""The build chain: each ``docker build`` of a plan with the classic builder, in order,
+from a context Cloister assembled, streamed to a progress callback."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import docker.errors
+
+from cloister_cli.projectimages.context import context_tar
+from cloister_cli.projectimages.model import (
+    BASE_ARG,
+    DOCKERFILE_NAME,
+    KEY_LABEL,
+    PROJECT_LABEL,
+    Build,
+    ImagePlan,
+    Progress,
+    ProjectImageError,
+)
+
+
+def build_chain(
+    client: docker.DockerClient, plan: ImagePlan, progress: Progress, *, no_cache: bool
+) -> str:
+    """Run the plan's builds in order; the final image's ID (tagged and labelled)."""
+    assert plan.key is not None  # noqa: S101 - only called for a plan that builds
+    image = plan.start
+    for index, build in enumerate(plan.builds):
+        last = index == len(plan.builds) - 1
+        args = dict(build.args)
+        if build.chained:
+            if image is None:
+                raise ProjectImageError(f"{build.what}: nothing to build on")
+            args[BASE_ARG] = image
+        image = _build_one(
+            client,
+            build,
+            args,
+            progress=progress,
+            shown=f"{plan.tag} ({build.what})",
+            tag=plan.tag if last else None,
+            labels={KEY_LABEL: plan.key, PROJECT_LABEL: plan.project} if last else None,
+            no_cache=no_cache,
+        )
+    if image is None:
+        raise ProjectImageError(f"{plan.tag}: nothing was built")
+    return image
+
+
+_BUILT = re.compile(r"Successfully built ([0-9a-f]+)")
+
+
+def _build_one(
+    client: docker.DockerClient,
+    build: Build,
+    args: dict[str, str],
+    *,
+    progress: Progress,
+    shown: str,
+    tag: str | None,
+    labels: dict[str, str] | None,
+    no_cache: bool,
+) -> str:
+    """One classic-builder build from a context Cloister assembled; the image's ID."""
+    image: str | None = None
+    with tempfile.TemporaryFile(prefix="cloister-context-") as context:
+        context_tar(build, context)
+        try:
+            stream: Iterator[dict[str, Any]] = client.api.build(
+                fileobj=context,
+                custom_context=True,
+                dockerfile=DOCKERFILE_NAME,
+                buildargs=args,
+                target=build.target,
+                tag=tag,
+                labels=labels,
+                nocache=no_cache,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    raise ProjectImageError(f"building {build.what}: {str(chunk['error']).strip()}")
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and aux.get("ID"):
+                    image = str(aux["ID"])
+                text = chunk.get("stream")
+                if text and text.strip():
+                    progress(shown, text.rstrip())
+                    built = _BUILT.search(text)
+                    if built and image is None:
+                        image = built.group(1)
+        except docker.errors.APIError as error:
+            raise ProjectImageError(
+                f"building {build.what}: {error.explanation or error}"
+            ) from None
+    if image is None:
+        raise ProjectImageError(f"building {build.what}: the builder named no image")
+    return image

@@ -1,0 +1,670 @@
+"""Project images without an engine: the key, the cache, the refusals, the build order.
+
+The docker SDK is faked where the module only asks it questions (which images exist,
+with which labels) and where it hands it a build: the fake records each build's
+Dockerfile, context, arguments, tag and labels, and "makes" an image. What a real
+classic builder does with them is in ``test_projectimages_docker.py``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import os
+import tarfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import docker
+import docker.errors
+import pytest
+
+from cloister_cli import projectimages
+from cloister_cli.projectimages import (
+    BASE_ARG,
+    KEY_LABEL,
+    PROJECT_LABEL,
+    ImagePlan,
+    ProjectImage,
+    ProjectImageError,
+)
+from cloister_cli.projectimages.context import context_tar, scan
+from cloister_cli.projectimages.model import Build as ImageBuild
+from cloister_cli.projectimages.plan import from_images
+from cloister_core.devcontainer import Devcontainer, load_devcontainer
+from cloister_core.paths import CloisterPaths
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+BASE = "debian:bookworm-slim"
+PROJECT = "api"
+
+
+# -- the fake engine -------------------------------------------------------------------
+
+
+@dataclass
+class FakeImage:
+    id: str
+    labels: dict[str, str] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Build:
+    dockerfile: str
+    files: dict[str, bytes]  # name → content ("" for directories and links)
+    modes: dict[str, int]
+    args: dict[str, str]
+    target: str | None
+    tag: str | None
+    labels: dict[str, str] | None
+    nocache: bool
+
+
+@dataclass
+class FakeEngine:
+    images_by_name: dict[str, FakeImage] = field(default_factory=dict)
+    builds: list[Build] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    containers_using: dict[str, list[str]] = field(default_factory=dict)  # image id → names
+
+    @property
+    def images(self) -> FakeEngine:
+        return self
+
+    @property
+    def api(self) -> FakeEngine:
+        return self
+
+    def get(self, name: str) -> FakeImage:
+        if name not in self.images_by_name:
+            raise docker.errors.ImageNotFound(f"no such image: {name}")
+        return self.images_by_name[name]
+
+    def list(self, filters: dict[str, str]) -> list[FakeImage]:
+        label = filters["label"]
+        name, _, value = label.partition("=")
+        unique = {image.id: image for image in self.images_by_name.values()}
+        return [
+            image
+            for image in unique.values()
+            if name in image.labels and (not value or image.labels[name] == value)
+        ]
+
+    def remove(self, name: str) -> None:
+        self.removed.append(name)
+        image = self.images_by_name.pop(name)
+        if name in image.tags:
+            image.tags.remove(name)
+        if not image.tags:  # the last tag gone: the image goes (as untagged parents do)
+            self.images_by_name.pop(image.id, None)
+
+    def containers(self, all: bool) -> builtins.list[dict[str, Any]]:
+        return [
+            {"Names": [f"/{name}"], "ImageID": image}
+            for image, names in self.containers_using.items()
+            for name in names
+        ]
+
+    def build(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        assert kwargs["custom_context"] is True
+        assert kwargs["pull"] is False
+        files: dict[str, bytes] = {}
+        modes: dict[str, int] = {}
+        with tarfile.open(fileobj=kwargs["fileobj"]) as archive:
+            for member in archive.getmembers():
+                handle = archive.extractfile(member) if member.isfile() else None
+                files[member.name] = handle.read() if handle else b""
+                modes[member.name] = member.mode
+        dockerfile = files.pop(kwargs["dockerfile"]).decode()
+        number = len(self.builds) + 1
+        self.builds.append(
+            Build(
+                dockerfile,
+                files,
+                modes,
+                dict(kwargs["buildargs"]),
+                kwargs["target"],
+                kwargs["tag"],
+                kwargs["labels"],
+                kwargs["nocache"],
+            )
+        )
+        image = FakeImage(f"sha256:built{number}", dict(kwargs["labels"] or {}))
+        image.attrs = {"Created": f"2025-01-0{number}T00:00:00Z", "Size": 1000 * number}
+        self.images_by_name[image.id] = image
+        if kwargs["tag"]:
+            image.tags.append(kwargs["tag"])
+            self.images_by_name[kwargs["tag"]] = image
+        yield {"stream": "Step 1/1 : FROM x\n"}
+        yield {"aux": {"ID": image.id}}
+        yield {"stream": f"Successfully built {image.id[7:19]}\n"}
+
+    def client(self) -> docker.DockerClient:
+        return cast("docker.DockerClient", self)
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    fake = FakeEngine()
+    fake.images_by_name[BASE] = FakeImage("sha256:debian1")
+    fake.images_by_name["cloister:latest"] = FakeImage("sha256:agent1")
+    return fake
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> CloisterPaths:
+    return CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    """A source tree with the hostexec client (all the cloister layer reads)."""
+    tree = tmp_path / "source"
+    client = tree / projectimages.HOSTEXEC_SOURCE
+    client.parent.mkdir(parents=True)
+    client.write_bytes((REPOSITORY / projectimages.HOSTEXEC_SOURCE).read_bytes())
+    return tree
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project with a devcontainer build and a .cloister/Dockerfile."""
+    root = tmp_path / "api"
+    (root / ".devcontainer").mkdir(parents=True)
+    (root / ".devcontainer" / "devcontainer.json").write_text(
+        json.dumps({"build": {"dockerfile": "Dockerfile", "args": {"GREETING": "hi"}}})
+    )
+    (root / ".devcontainer" / "Dockerfile").write_text(
+        f"FROM {BASE}\nARG GREETING\nRUN echo $GREETING > /greeting\n"
+    )
+    (root / ".devcontainer" / "setup.sh").write_text("echo set up\n")
+    (root / ".cloister").mkdir()
+    (root / ".cloister" / "Dockerfile").write_text(
+        f"ARG {BASE_ARG}\nFROM ${{{BASE_ARG}}}\nCOPY extra.txt /extra.txt\n"
+    )
+    (root / ".cloister" / "extra.txt").write_text("extra\n")
+    return root
+
+
+def load(root: Path, trusted: tuple[str, ...] = ()) -> Devcontainer | None:
+    candidates = [root / ".devcontainer" / "devcontainer.json", root / ".devcontainer.json"]
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
+        return None
+    return load_devcontainer(
+        found, project_root=root, home=root.parent / "home", environ={}, trusted_features=trusted
+    )
+
+
+def plan(engine: FakeEngine, paths: CloisterPaths, root: Path, source: Path) -> ImagePlan:
+    return projectimages.plan_project_image(
+        engine.client(),
+        paths,
+        project=PROJECT,
+        root=root,
+        devcontainer=load(root),
+        base_image="cloister:latest",
+        source=source,
+    )
+
+
+def ensure(
+    engine: FakeEngine,
+    paths: CloisterPaths,
+    root: Path,
+    source: Path,
+    *,
+    rebuild: bool = False,
+    progress: Callable[[str, str], None] = lambda what, line: None,
+) -> ImagePlan:
+    return projectimages.ensure_project_image(
+        engine.client(),
+        paths,
+        project=PROJECT,
+        root=root,
+        devcontainer=load(root),
+        base_image="cloister:latest",
+        source=source,
+        progress=progress,
+        rebuild=rebuild,
+    )
+
+
+# -- plain images ------------------------------------------------------------------------
+
+
+def test_without_devcontainer_or_dockerfile_the_base_image_runs_as_is(
+    engine: FakeEngine, paths: CloisterPaths, tmp_path: Path, source: Path
+) -> None:
+    root = tmp_path / "plain"
+    root.mkdir()
+    result = ensure(engine, paths, root, source)
+    assert (result.tag, result.key, result.cached, result.base) == (
+        "cloister:latest",
+        None,
+        True,
+        "cloister:latest",
+    )
+    assert engine.builds == []
+    record = projectimages.read_record(paths, PROJECT)
+    assert record is not None
+    assert (record["key"], record["tag"]) == (None, "cloister:latest")
+
+
+def test_a_cloister_dockerfile_alone_builds_on_the_base_image(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    (project / ".devcontainer" / "devcontainer.json").unlink()
+    result = ensure(engine, paths, project, source)
+    assert result.base == "cloister:latest"
+    (build,) = engine.builds
+    assert build.args == {BASE_ARG: "sha256:agent1"}
+    assert set(build.files) == {"Dockerfile", "extra.txt"}
+    assert build.tag == result.tag
+
+
+def test_a_missing_base_image_is_one_line(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    (project / ".devcontainer" / "devcontainer.json").unlink()
+    del engine.images_by_name["cloister:latest"]
+    planned = plan(engine, paths, project, source)
+    assert not planned.cached
+    assert "not on this machine yet" in planned.steps[0]
+    with pytest.raises(ProjectImageError, match=r"`docker pull cloister:latest` or build it"):
+        ensure(engine, paths, project, source)
+
+
+# -- the key ---------------------------------------------------------------------------
+
+
+def _edit(path: Path, text: str) -> Callable[[Path], None]:
+    def change(root: Path) -> None:
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    return change
+
+
+def _chmod(root: Path) -> None:
+    (root / ".devcontainer" / "setup.sh").chmod(0o755)
+
+
+def _link(root: Path) -> None:
+    (root / ".devcontainer" / "link").symlink_to("setup.sh")
+
+
+def _json(root: Path) -> None:
+    path = root / ".devcontainer" / "devcontainer.json"
+    path.write_text(path.read_text().replace('"hi"', '"ho"'))
+
+
+def _target(root: Path) -> None:
+    path = root / ".devcontainer" / "devcontainer.json"
+    document = json.loads(path.read_text())
+    document["build"]["target"] = "dev"
+    path.write_text(json.dumps(document))
+
+
+def _comment_in_json(root: Path) -> None:
+    path = root / ".devcontainer" / "devcontainer.json"
+    path.write_text("// a comment\n" + path.read_text())
+
+
+CHANGES: dict[str, Callable[[Path], None]] = {
+    "the devcontainer.json": _comment_in_json,
+    "a build arg": _json,
+    "the target": _target,
+    "the Dockerfile": _edit(Path(".devcontainer/Dockerfile"), f"FROM {BASE}\nRUN true\n"),
+    "a context file": _edit(Path(".devcontainer/setup.sh"), "echo changed\n"),
+    "a new context file": _edit(Path(".devcontainer/more/new.txt"), "new\n"),
+    "a context file's mode": _chmod,
+    "a symbolic link": _link,
+    "the .cloister/Dockerfile": _edit(
+        Path(".cloister/Dockerfile"), f"ARG {BASE_ARG}\nFROM ${{{BASE_ARG}}}\n"
+    ),
+    "a .cloister/ file": _edit(Path(".cloister/extra.txt"), "other\n"),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES), ids=list(CHANGES))
+def test_every_input_changes_the_key(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path, change: str
+) -> None:
+    before = plan(engine, paths, project, source)
+    CHANGES[change](project)
+    after = plan(engine, paths, project, source)
+    assert before.key is not None
+    assert after.key is not None
+    assert after.key != before.key
+    assert after.tag != before.tag
+
+
+def test_the_base_image_and_the_hostexec_client_are_inputs(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    first = plan(engine, paths, project, source).key
+    engine.images_by_name[BASE] = FakeImage("sha256:debian2")  # debian rebuilt
+    second = plan(engine, paths, project, source).key
+    client = source / projectimages.HOSTEXEC_SOURCE
+    client.write_bytes(client.read_bytes() + b"\n# changed\n")
+    third = plan(engine, paths, project, source).key
+    assert len({first, second, third}) == 3
+
+
+def test_what_docker_is_not_sent_is_no_input(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    (project / ".devcontainer" / ".dockerignore").write_text("# cache\nscratch/\n")
+    before = plan(engine, paths, project, source).key
+    (project / ".devcontainer" / "scratch").mkdir()
+    (project / ".devcontainer" / "scratch" / "junk").write_text("junk\n")
+    (project / ".devcontainer" / ".git").mkdir()
+    (project / ".devcontainer" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (project / "README.md").write_text("outside the contexts\n")
+    assert plan(engine, paths, project, source).key == before
+    ensure(engine, paths, project, source)
+    sent = engine.builds[0].files
+    assert "setup.sh" in sent
+    assert ".dockerignore" in sent
+    assert not [name for name in sent if name.startswith(("scratch", ".git"))]
+
+
+def test_a_link_is_sent_as_a_link_and_never_read_through(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    (project / ".devcontainer" / "leak").symlink_to(secret)
+    before = plan(engine, paths, project, source).key
+    secret.write_text("changed, but not read\n")
+    assert plan(engine, paths, project, source).key == before
+    ensure(engine, paths, project, source)
+    assert engine.builds[0].files["leak"] == b""  # a link entry, no content
+
+
+def test_a_fifo_in_the_context_does_not_block(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    os.mkfifo(project / ".devcontainer" / "pipe")
+    ensure(engine, paths, project, source)
+    assert "pipe" not in engine.builds[0].files
+
+
+# -- the cache -------------------------------------------------------------------------------
+
+
+def test_unchanged_inputs_reuse_the_image(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    first = ensure(engine, paths, project, source)
+    assert not first.cached
+    assert len(engine.builds) == 3
+    again = ensure(engine, paths, project, source)
+    assert again.cached
+    assert again.key == first.key
+    assert len(engine.builds) == 3  # no build call
+    assert plan(engine, paths, project, source).cached
+    record = projectimages.read_record(paths, PROJECT)
+    assert record is not None
+    assert (record["key"], record["tag"], record["image"]) == (
+        first.key,
+        first.tag,
+        "sha256:built3",
+    )
+
+
+def test_a_changed_input_builds_a_new_image(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    first = ensure(engine, paths, project, source)
+    _json(project)
+    second = ensure(engine, paths, project, source)
+    assert not second.cached
+    assert second.tag != first.tag
+    assert engine.builds[3].args == {"GREETING": "ho"}
+    record = projectimages.read_record(paths, PROJECT)
+    assert record is not None
+    assert record["key"] == second.key
+
+
+def test_rebuild_builds_without_dockers_cache(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    ensure(engine, paths, project, source)
+    again = ensure(engine, paths, project, source, rebuild=True)
+    assert not again.cached
+    assert len(engine.builds) == 6
+    assert all(build.nocache for build in engine.builds[3:])
+
+
+def test_an_image_with_the_tag_but_another_key_is_not_reused(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    planned = plan(engine, paths, project, source)
+    engine.images_by_name[planned.tag] = FakeImage("sha256:other", {KEY_LABEL: "something else"})
+    assert not plan(engine, paths, project, source).cached
+
+
+# -- the layers --------------------------------------------------------------------------------
+
+
+def test_the_layers_are_built_in_order_each_on_the_one_before(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    lines: list[tuple[str, str]] = []
+    result = ensure(
+        engine, paths, project, source, progress=lambda w, line: lines.append((w, line))
+    )
+    devcontainer, layer, own = engine.builds
+    assert "RUN echo $GREETING > /greeting" in devcontainer.dockerfile
+    assert devcontainer.args == {"GREETING": "hi"}
+    assert (devcontainer.tag, devcontainer.labels) == (None, None)
+    assert set(devcontainer.files) >= {"Dockerfile", "setup.sh", "devcontainer.json"}
+
+    assert layer.dockerfile == projectimages.CLOISTER_LAYER
+    assert layer.args == {BASE_ARG: "sha256:built1"}
+    assert set(layer.files) == {"hostexec", "work"}
+    assert layer.files["hostexec"] == (source / projectimages.HOSTEXEC_SOURCE).read_bytes()
+    assert layer.modes["hostexec"] == 0o755
+    assert (layer.tag, layer.labels) == (None, None)
+
+    assert "COPY extra.txt /extra.txt" in own.dockerfile
+    assert own.args == {BASE_ARG: "sha256:built2"}
+    assert own.tag == result.tag
+    assert own.labels == {KEY_LABEL: result.key, PROJECT_LABEL: PROJECT}
+    assert result.tag == f"cloister-project-{PROJECT}:{result.key[:12] if result.key else ''}"
+
+    shown = [what for what, _ in lines]
+    assert shown[0].endswith("(.devcontainer/Dockerfile)")
+    assert shown[-1].endswith("(.cloister/Dockerfile)")
+
+
+def test_the_steps_say_what_happens(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    _target(project)
+    planned = plan(engine, paths, project, source)
+    assert planned.steps == (
+        f"build .devcontainer/Dockerfile (target dev; args GREETING) FROM {BASE},"
+        " context .devcontainer",
+        "add the cloister layer (/usr/local/bin/hostexec, /work)",
+        "build .cloister/Dockerfile on top (CLOISTER_BASE, context .cloister/)",
+        f"tag it {planned.tag}",
+    )
+    assert planned.base is None
+    assert engine.builds == []  # planning builds nothing
+
+
+def test_a_devcontainer_image_gets_the_cloister_layer(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    (project / ".devcontainer" / "devcontainer.json").write_text(json.dumps({"image": BASE}))
+    (project / ".cloister" / "Dockerfile").unlink()
+    result = ensure(engine, paths, project, source)
+    (layer,) = engine.builds
+    assert layer.args == {BASE_ARG: "sha256:debian1"}
+    assert layer.tag == result.tag
+    assert result.steps[0] == f"start from {BASE} (devcontainer.json `image`)"
+
+
+def test_a_missing_devcontainer_image_says_how_to_get_it(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    (project / ".devcontainer" / "devcontainer.json").write_text(
+        json.dumps({"image": "mcr.microsoft.com/devcontainers/python:3"})
+    )
+    with pytest.raises(ProjectImageError) as raised:
+        plan(engine, paths, project, source)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "`docker pull mcr.microsoft.com/devcontainers/python:3` or build it" in message
+    assert engine.builds == []
+
+
+def test_a_linked_cloister_dockerfile_is_refused(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.write_text("FROM scratch\n")
+    (project / ".cloister" / "Dockerfile").unlink()
+    (project / ".cloister" / "Dockerfile").symlink_to(outside)
+    with pytest.raises(ProjectImageError, match="not a regular file"):
+        plan(engine, paths, project, source)
+
+
+# -- Features ----------------------------------------------------------------------------------
+
+
+def _with_features(root: Path, features: dict[str, Any]) -> None:
+    path = root / ".devcontainer" / "devcontainer.json"
+    document = json.loads(path.read_text())
+    document["features"] = features
+    path.write_text(json.dumps(document))
+
+
+def test_untrusted_features_are_refused_by_name(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    _with_features(
+        project,
+        {"ghcr.io/devcontainers/features/node:1": {}, "ghcr.io/someone/features/x:1": {}},
+    )
+    with pytest.raises(ProjectImageError) as raised:
+        plan(engine, paths, project, source)
+    message = str(raised.value)
+    assert "untrusted devcontainer Features: ghcr.io/someone/features/x:1;" in message
+    assert "devcontainer.trusted_features" in message
+    assert "node" not in message
+    assert "\n" not in message
+
+
+def test_trusted_features_are_refused_too_with_the_reason(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    _with_features(project, {"ghcr.io/devcontainers/features/node:1": {"version": "lts"}})
+    with pytest.raises(ProjectImageError) as raised:
+        plan(engine, paths, project, source)
+    message = str(raised.value)
+    assert "features (ghcr.io/devcontainers/features/node:1) are OCI artifacts" in message
+    assert "bake them into your Dockerfile or remove `features`" in message
+    assert engine.builds == []
+
+
+# -- the Dockerfile's FROM lines ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "expected"),
+    [
+        ("FROM debian:bookworm-slim\n", {}, ["debian:bookworm-slim"]),
+        ("ARG V=12\nFROM node:${V} AS build\nFROM build\nFROM scratch\n", {}, ["node:12"]),
+        ("ARG V=12\nFROM node:$V\n", {"V": "20"}, ["node:20"]),
+        ("FROM --platform=linux/amd64 \\\n  alpine AS a\nFROM a\n", {}, ["alpine"]),
+        ("FROM ${UNKNOWN:-debian}\nFROM $NOPE\n", {}, ["debian", "$NOPE"]),
+    ],
+)
+def test_from_lines(text: str, args: dict[str, str], expected: list[str]) -> None:
+    assert from_images(text, args) == expected
+
+
+# -- listing and pruning -----------------------------------------------------------------------
+
+
+def image(project: str, key: str, *, current: bool, tags: bool = True, used: bool = False) -> Any:
+    return ProjectImage(
+        project=project,
+        tags=(f"cloister-project-{project}:{key}",) if tags else (),
+        key=key,
+        id=f"sha256:{project}{key}",
+        size=1,
+        created="2025-01-01T00:00:00Z",
+        current=current,
+        containers=("cloister-x",) if used else (),
+    )
+
+
+def test_prune_chooses_the_stale_and_the_orphaned() -> None:
+    images = [
+        image("api", "new", current=True),
+        image("api", "old", current=False),
+        image("api", "busy", current=False, used=True),
+        image("api", "rebuilt", current=False, tags=False),
+        image("gone", "k", current=True),
+        image("unrecorded", "a", current=False),
+    ]
+    chosen = projectimages.prunable(images, lambda name: name != "gone")
+    assert [(item.image.key, item.why) for item in chosen] == [
+        ("old", "no longer current for api"),
+        ("rebuilt", "replaced by a rebuild"),
+        ("k", "project 'gone' was removed"),
+    ]
+
+
+def test_list_and_prune_against_the_engine(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    first = ensure(engine, paths, project, source)
+    _json(project)
+    second = ensure(engine, paths, project, source)
+    found = projectimages.list_project_images(engine.client(), paths)
+    assert [(item.tag, item.current) for item in found] == [
+        (second.tag, True),
+        (first.tag, False),
+    ]
+    engine.containers_using[found[0].id] = ["cloister-api"]
+    assert projectimages.list_project_images(engine.client(), paths)[0].to_json()["in_use"]
+    chosen = projectimages.prunable(found, lambda name: True)
+    results = projectimages.prune_project_images(engine.client(), paths, chosen, lambda n: True)
+    assert [(r.removed, r.failed) for r in results] == [(True, False)]
+    assert engine.removed == [first.tag]
+    assert [item.tag for item in projectimages.list_project_images(engine.client(), paths)] == [
+        second.tag
+    ]
+
+
+def test_pruning_a_removed_projects_images_forgets_its_record(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    ensure(engine, paths, project, source)
+    found = projectimages.list_project_images(engine.client(), paths)
+    chosen = projectimages.prunable(found, lambda name: False)
+    projectimages.prune_project_images(engine.client(), paths, chosen, lambda name: False)
+    assert projectimages.read_record(paths, PROJECT) is None
+
+
+def test_the_context_tar_is_what_was_hashed(project: Path) -> None:
+    entries = scan(project / ".devcontainer")
+    assert [entry.name for entry in entries] == ["Dockerfile", "devcontainer.json", "setup.sh"]
+    build = ImageBuild("x", b"FROM scratch\n", project / ".devcontainer", entries)
+    buffer = io.BytesIO()
+    context_tar(build, buffer)
+    with tarfile.open(fileobj=buffer) as archive:
+        names = archive.getnames()
+    assert names == ["Dockerfile", "devcontainer.json", "setup.sh", ".cloister-build.Dockerfile"]

@@ -1,0 +1,358 @@
+"""The cloister's shape: read as if the agent were hostile, changes shown and asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cloister_cli import shape
+from cloister_cli.shape import (
+    NOTE,
+    Shape,
+    ShapeChangedError,
+    check_shape,
+    difference,
+    load_approved,
+    read_shape,
+    save_approved,
+)
+from cloister_core.paths import CloisterPaths
+
+DEVCONTAINER = '{\n  "image": "debian:12",\n  "runArgs": []\n}\n'
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> CloisterPaths:
+    return CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / ".devcontainer").mkdir(parents=True)
+    (root / ".devcontainer" / "devcontainer.json").write_text(DEVCONTAINER)
+    (root / "src").mkdir()
+    (root / "src" / "main.py").write_text("print('not part of the shape')\n")
+    return root
+
+
+class Asker:
+    """A confirm callback that records what it was shown."""
+
+    def __init__(self, answer: bool) -> None:
+        self.answer = answer
+        self.shown: list[str] = []
+
+    def __call__(self, text: str) -> bool:
+        self.shown.append(text)
+        return self.answer
+
+
+def approve(paths: CloisterPaths, root: Path) -> Shape:
+    current = read_shape(root)
+    save_approved(paths, "api", current)
+    return current
+
+
+def changed_text(paths: CloisterPaths, root: Path) -> str:
+    asker = Asker(True)
+    check_shape(paths, "api", root, confirm=asker, assume_yes=False)
+    assert len(asker.shown) == 1
+    return asker.shown[0]
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def test_only_the_shape_sources_are_read(project: Path) -> None:
+    (project / ".cloister").mkdir()
+    (project / ".cloister" / "project.yaml").write_text("refs: []\n")
+    (project / ".devcontainer.json").write_text("{}\n")
+    read = read_shape(project)
+    assert read.files == {
+        ".cloister/project.yaml": "refs: []\n",
+        ".devcontainer.json": "{}\n",
+        ".devcontainer/devcontainer.json": DEVCONTAINER,
+    }
+    assert read.overflow == ""
+
+
+def test_a_project_without_a_shape_is_empty(tmp_path: Path) -> None:
+    assert read_shape(tmp_path).files == {}
+
+
+def test_a_link_out_of_the_project_is_recorded_not_read(project: Path) -> None:
+    (project / ".devcontainer" / "devcontainer.json").unlink()
+    (project / ".devcontainer" / "devcontainer.json").symlink_to("/etc/passwd")
+    (project / ".cloister").symlink_to("/etc")
+    read = read_shape(project)
+    assert read.files == {
+        ".cloister": NOTE + "-> /etc",
+        ".devcontainer/devcontainer.json": NOTE + "-> /etc/passwd",
+    }
+    assert "root:" not in json.dumps(dict(read.files))
+
+
+def test_a_link_inside_the_project_is_followed_there(project: Path, paths: CloisterPaths) -> None:
+    (project / "conf").mkdir()
+    (project / "conf" / "dc.json").write_text(DEVCONTAINER)
+    (project / ".devcontainer" / "devcontainer.json").unlink()
+    (project / ".devcontainer" / "devcontainer.json").symlink_to("../conf/dc.json")
+    approve(paths, project)
+    assert read_shape(project).files["conf/dc.json"] == DEVCONTAINER
+    # The agent edits the file the link leads to, not the link.
+    (project / "conf" / "dc.json").write_text(DEVCONTAINER.replace("[]", '["--privileged"]'))
+    assert '+  "runArgs": ["--privileged"]' in changed_text(paths, project)
+
+
+def test_links_in_a_loop_end(project: Path) -> None:
+    (project / ".devcontainer" / "self").symlink_to(".")
+    (project / ".devcontainer" / "up").symlink_to("..")
+    (project / ".devcontainer" / "loop").symlink_to("loop")
+    read = read_shape(project)
+    assert read.files[".devcontainer/loop"] == NOTE + "-> loop"
+    # ".." is the project: followed, so the whole project is compared (conservative).
+    assert read.files["src/main.py"] == "print('not part of the shape')\n"
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_is_recorded_without_opening_it(project: Path) -> None:
+    os.mkfifo(project / ".devcontainer" / "Dockerfile")
+    read = read_shape(project)
+    assert read.files[".devcontainer/Dockerfile"] == NOTE + "FIFO: not read"
+
+
+def test_a_huge_file_is_bounded(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sparse = project / ".devcontainer" / "huge.bin"
+    with sparse.open("wb") as handle:
+        handle.truncate(64 * 1024**3)  # 64 GiB of nothing: never read
+    (project / ".devcontainer" / "big.txt").write_text("x" * (shape.FILE_LIMIT + 1))
+    read = read_shape(project)
+    assert read.files[".devcontainer/huge.bin"].startswith(
+        f"{NOTE}{64 * 1024**3} bytes, not read (beyond the reading budget): inode "
+    )
+    big = read.files[".devcontainer/big.txt"]
+    assert big.startswith(f"{NOTE}not kept as text, {shape.FILE_LIMIT + 1} bytes, sha256 ")
+    assert len(big) < 200
+
+
+def test_a_binary_file_is_a_digest(project: Path) -> None:
+    (project / ".devcontainer" / "tool").write_bytes(b"\x7fELF\0\0\xff")
+    value = read_shape(project).files[".devcontainer/tool"]
+    assert value.startswith(f"{NOTE}binary, 7 bytes, sha256 ")
+
+
+def test_beyond_the_file_limit_changes_are_still_seen(
+    project: Path, paths: CloisterPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shape, "MAX_FILES", 3)
+    for index in range(6):
+        (project / ".cloister").mkdir(exist_ok=True)
+        (project / ".cloister" / f"f{index}").write_text(f"{index}\n")
+    first = approve(paths, project)
+    assert len(first.files) == 3
+    assert first.overflow.startswith("4 more entries beyond the first 3")
+    assert difference(first, read_shape(project)) == ""
+    (project / ".cloister" / "f5").write_text("changed\n")
+    with pytest.raises(ShapeChangedError, match=r"the entries not recorded one by one"):
+        check_shape(paths, "api", project, confirm=None)
+
+
+def test_a_tree_too_large_to_compare_is_asked_every_time(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shape, "MAX_ENTRIES", 3)
+    (project / ".cloister").mkdir()
+    for index in range(5):
+        (project / ".cloister" / f"f{index}").write_text("")
+    assert "asked every time" in read_shape(project).overflow
+    assert read_shape(project).digest != read_shape(project).digest
+
+
+def test_an_explicit_file_outside_the_project_is_read_by_absolute_path(
+    project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere" / "dc.json"
+    outside.parent.mkdir()
+    outside.write_text("{}\n")
+    inside = project / "tools" / "dc.json"
+    inside.parent.mkdir()
+    inside.write_text('{"image": "x"}\n')
+    read = read_shape(project, [outside, inside])
+    assert read.files[str(outside)] == "{}\n"
+    assert read.files["tools/dc.json"] == '{"image": "x"}\n'
+
+
+# -- the record --------------------------------------------------------------------------
+
+
+def test_the_record_round_trips_odd_names(project: Path, paths: CloisterPaths) -> None:
+    odd = os.fsdecode(b".cloister/bad\xffname\nwith a newline")
+    (project / ".cloister").mkdir()
+    (project / odd).write_text("x\n")
+    current = read_shape(project)
+    assert odd in current.files
+    save_approved(paths, "api", current)
+    record = paths.data_dir / "shapes" / "api.json"
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    assert load_approved(paths, "api") == current
+
+
+def test_an_unusable_record_counts_as_none(paths: CloisterPaths) -> None:
+    assert load_approved(paths, "api") is None
+    record = paths.data_dir / "shapes" / "api.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("{not json")
+    assert load_approved(paths, "api") is None
+    record.write_text(json.dumps({"version": 1, "files": {"a": 1}}))
+    assert load_approved(paths, "api") is None
+
+
+# -- the check ---------------------------------------------------------------------------
+
+
+def test_an_unchanged_shape_asks_nothing(project: Path, paths: CloisterPaths) -> None:
+    approved = approve(paths, project)
+    (project / "src" / "main.py").write_text("edited: not part of the shape\n")
+    asker = Asker(False)
+    assert check_shape(paths, "api", project, confirm=asker) == approved
+    assert asker.shown == []
+
+
+def test_an_edited_devcontainer_shows_the_changed_line(project: Path, paths: CloisterPaths) -> None:
+    approve(paths, project)
+    edited = DEVCONTAINER.replace('"runArgs": []', '"runArgs": ["--privileged"]')
+    (project / ".devcontainer" / "devcontainer.json").write_text(edited)
+    text = changed_text(paths, project)
+    assert ".devcontainer/devcontainer.json: changed" in text
+    assert '-  "runArgs": []' in text
+    assert '+  "runArgs": ["--privileged"]' in text
+
+
+def test_added_and_removed_files_are_listed(project: Path, paths: CloisterPaths) -> None:
+    approve(paths, project)
+    (project / ".devcontainer" / "devcontainer.json").unlink()
+    (project / ".cloister").mkdir()
+    (project / ".cloister" / "project.yaml").write_text("allow: ['*']\n")
+    text = changed_text(paths, project)
+    assert ".devcontainer/devcontainer.json: removed" in text
+    assert ".cloister/project.yaml: added" in text
+    assert "+allow: ['*']" in text
+
+
+def test_a_directory_replacing_a_file_is_a_change(project: Path, paths: CloisterPaths) -> None:
+    (project / ".devcontainer.json").write_text("{}\n")
+    approve(paths, project)
+    (project / ".devcontainer.json").unlink()
+    (project / ".devcontainer.json").mkdir()
+    (project / ".devcontainer.json" / "x").write_text("y\n")
+    text = changed_text(paths, project)
+    assert ".devcontainer.json: removed" in text
+    assert ".devcontainer.json/x: added" in text
+
+
+def test_a_file_replaced_by_a_link_with_the_same_text_is_a_change(
+    project: Path, paths: CloisterPaths
+) -> None:
+    (project / ".devcontainer" / "note").write_text("-> /etc/passwd")
+    approve(paths, project)
+    (project / ".devcontainer" / "note").unlink()
+    (project / ".devcontainer" / "note").symlink_to("/etc/passwd")
+    text = changed_text(paths, project)
+    assert "+(-> /etc/passwd)" in text
+
+
+def test_escapes_in_content_and_names_are_shown_as_escapes(
+    project: Path, paths: CloisterPaths
+) -> None:
+    approve(paths, project)
+    hidden = '{"image": "debian:12", "runArgs": ["--privileged"]}\x1b[2K\r{"image": "ok"}\n'
+    (project / ".devcontainer" / "devcontainer.json").write_text(hidden)
+    (project / ".devcontainer" / "evil\x1b]0;title\x07\u202ename").write_text("a\u2028b\n")
+    text = changed_text(paths, project)
+    assert "\x1b" not in text
+    assert "\r" not in text
+    assert "\x07" not in text
+    assert "\u202e" not in text
+    assert "\u2028" not in text
+    assert "--privileged" in text
+    assert "\\x1b[2K\\x0d" in text
+    assert "evil\\x1b]0;title\\x07\\u202ename: added" in text
+    assert "+a\\u2028b" in text
+
+
+def test_refused_raises_and_saves_nothing(project: Path, paths: CloisterPaths) -> None:
+    approved = approve(paths, project)
+    (project / ".devcontainer" / "devcontainer.json").write_text("{}\n")
+    asker = Asker(False)
+    with pytest.raises(
+        ShapeChangedError, match=r"^api not started: you did not accept the change to \.dev"
+    ) as error:
+        check_shape(paths, "api", project, confirm=asker)
+    assert ".devcontainer/devcontainer.json" in str(error.value)
+    assert "\n" not in str(error.value)
+    assert load_approved(paths, "api") == approved
+
+
+def test_without_anyone_to_ask_it_says_how_to_go_on(project: Path, paths: CloisterPaths) -> None:
+    approve(paths, project)
+    (project / ".devcontainer" / "devcontainer.json").write_text("{}\n")
+    with pytest.raises(ShapeChangedError, match=r"--yes") as error:
+        check_shape(paths, "api", project, confirm=None)
+    assert "in a terminal" in str(error.value)
+    assert ".devcontainer/devcontainer.json" in str(error.value)
+
+
+def test_assume_yes_asks_nothing(project: Path, paths: CloisterPaths) -> None:
+    approve(paths, project)
+    (project / ".devcontainer" / "devcontainer.json").write_text("{}\n")
+    asker = Asker(False)
+    current = check_shape(paths, "api", project, confirm=asker, assume_yes=True)
+    assert asker.shown == []
+    assert current.files[".devcontainer/devcontainer.json"] == "{}\n"
+
+
+def test_the_first_start_lists_the_files_and_asks(project: Path, paths: CloisterPaths) -> None:
+    (project / ".devcontainer" / "link").symlink_to("/etc/passwd")
+    text = changed_text(paths, project)
+    assert text.startswith("first start with these files")
+    assert f"  .devcontainer/devcontainer.json ({len(DEVCONTAINER)} bytes)" in text
+    assert "  .devcontainer/link (-> /etc/passwd)" in text
+    assert '"image"' not in text  # names and sizes, not the content
+    with pytest.raises(ShapeChangedError, match=r"never approved \(\.devcontainer/devcontainer"):
+        check_shape(paths, "api", project, confirm=None)
+
+
+def test_the_first_start_without_a_shape_asks_nothing(tmp_path: Path, paths: CloisterPaths) -> None:
+    asker = Asker(False)
+    assert check_shape(paths, "api", tmp_path, confirm=asker).files == {}
+    assert asker.shown == []
+
+
+def test_a_new_devcontainer_after_an_empty_approval_is_shown_in_full(
+    tmp_path: Path, paths: CloisterPaths
+) -> None:
+    approve(paths, tmp_path)
+    (tmp_path / ".devcontainer.json").write_text(DEVCONTAINER)
+    text = changed_text(paths, tmp_path)
+    assert '+  "image": "debian:12",' in text
+
+
+def test_a_missing_final_newline_is_visible(project: Path, paths: CloisterPaths) -> None:
+    approve(paths, project)
+    (project / ".devcontainer" / "devcontainer.json").write_text(DEVCONTAINER.rstrip("\n"))
+    assert "+\\ No newline at end of file" in changed_text(paths, project)
+
+
+def test_a_long_chain_of_links_does_not_recurse(tmp_path: Path) -> None:
+    (tmp_path / ".cloister").mkdir()
+    for index in range(1500):
+        (tmp_path / f"d{index}").mkdir()
+        (tmp_path / f"d{index}" / "next").symlink_to(f"../d{index + 1}")
+    (tmp_path / ".cloister" / "start").symlink_to("../d0")
+    read = read_shape(tmp_path)
+    assert read.files["d1499/next"] == NOTE + "-> ../d1500"
