@@ -152,7 +152,13 @@ def test_an_unknown_prefix_is_404() -> None:
 
 
 @pytest.mark.parametrize(
-    "header", ["", "x-api-key: sk-ant-a-real-looking-key", f"x-api-key: {TOKEN[:-1]}0"]
+    "header",
+    [
+        "",
+        "x-api-key: sk-ant-a-real-looking-key",
+        # the token with its last digit changed (never to itself)
+        f"x-api-key: {TOKEN[:-1]}{'1' if TOKEN.endswith('0') else '0'}",
+    ],
 )
 def test_a_key_that_is_no_cloister_token_is_401(header: str) -> None:
     refusal = decide(f"POST /claude/v1/messages HTTP/1.1\nHost: x\n{header}\n")
