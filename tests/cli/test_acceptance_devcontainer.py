@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 import pytest
 
+from cloister_cli import devoverrides
 from tests.cli.cli_support import (
     BASE_IMAGE,
     SLIM_IMAGE,
@@ -98,7 +99,9 @@ def project(cli: CloisterCli, tmp_path: Path) -> Iterator[tuple[Path, str]]:
             cli.run("stop", name)
         remove_containers([name, f"{name}-dry"])
         docker_cli = docker_executable()
-        run_command([docker_cli, "volume", "rm", "-f", f"cloister-{name}-cache"], timeout=60)
+        run_command(
+            [docker_cli, "volume", "rm", "-f", devoverrides.volume_name(name, "cache")], timeout=60
+        )
         images = run_command(
             [docker_cli, "images", "-q", f"cloister-project-{name}"], timeout=60
         ).stdout.split()
@@ -135,7 +138,7 @@ def test_a_devcontainer_is_built_and_run_hardened(
     targets = {mount["Destination"]: mount for mount in document["Mounts"]}
     assert "/root/.ssh" not in targets
     assert targets["/cache"]["Type"] == "volume"
-    assert targets["/cache"]["Name"] == f"cloister-{name}-cache"
+    assert targets["/cache"]["Name"] == devoverrides.volume_name(name, "cache")
     assert document["Config"]["Image"].startswith(f"cloister-project-{name}:")
     env = environment(document)
     assert env["PROJECT_MODE"] == "devcontainer"

@@ -97,7 +97,7 @@ def test_secrets_are_masked(tmp_path: Path) -> None:
     assert not any(secret in item for item in argv)
     env = dict(item.split("=", 1) for item in flag_values(argv, "--env"))
     assert env["CLOISTER_TOKEN"] == "***"
-    assert env["HTTPS_PROXY"] == "http://cloister:***@cloister-guardian-proxy:3128"
+    assert env["HTTPS_PROXY"] == "http://***@cloister-guardian-proxy:3128"
     assert env["OPENAI_API_KEY"] == "***"
     assert env["PLAIN"] == "yes"
     assert env["CLOISTER_PROJECT"] == "api"
@@ -136,6 +136,7 @@ def write_devcontainer(repo: Path, text: str) -> Path:
 def test_extras_join_the_plan_without_weakening_it(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "api")
     (tmp_path / "data-set").mkdir()
+    (repo / "data-set").mkdir(exist_ok=True)  # a bind source: in the project, existing
     path = write_devcontainer(
         repo,
         f"""{{
@@ -143,7 +144,7 @@ def test_extras_join_the_plan_without_weakening_it(tmp_path: Path) -> None:
           "runArgs": ["--privileged", "--shm-size=1g", "--hostname=box", "--network=host"],
           "mounts": [
             "source=cache,target=/cache,type=volume",
-            "source={tmp_path / "data-set"},target=/data,type=bind",
+            "source={repo / "data-set"},target=/data,type=bind",
             "type=tmpfs,target=/scratch",
             "source=other,target=/etc/passwd,type=volume"
           ],
@@ -162,7 +163,8 @@ def test_extras_join_the_plan_without_weakening_it(tmp_path: Path) -> None:
     assert kwargs["cap_drop"] == ["ALL"]
     assert "privileged" not in kwargs
     by_target = {mount["Target"]: mount for mount in plan.mounts}
-    assert by_target["/cache"]["Source"] == "cloister-api-cache"  # per project
+    assert by_target["/cache"]["Source"] == devoverrides.volume_name("api", "cache")  # per project
+    assert by_target["/cache"]["Source"].startswith("cloister-api-cache-")
     assert by_target["/data"]["ReadOnly"] is True
     assert by_target["/scratch"]["Type"] == "tmpfs"
     # The image's /etc/passwd is Cloister's: a mount there is dropped, with a note.
@@ -217,7 +219,7 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     path = write_devcontainer(
         repo,
         '{"image": "debian:bookworm-slim", "runArgs": ["--privileged"],'
-        ' "postCreateCommand": "make setup"}',
+        ' "postCreateCommand": "make setup", "containerEnv": {"SHOWN": "a\\u001b[8mb"}}',
     )
     context = lifecycle.Context(paths=paths, home=home)
     context.without_writing()
@@ -242,6 +244,8 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "runs     postCreateCommand: /bin/sh -c 'make setup'" in text
     assert "would ask" in text
     assert preview.secret not in text
+    assert "SHOWN=a\\x1b[8mb" in text  # the agent's escape is shown, not sent
+    assert "\x1b" not in text
     document = dryrun.to_json(preview)
     assert document["image"]["steps"] == ["b"]
     assert document["docker_run"][-3:] == ["cloister-project-api:0123", "sleep", "infinity"]
@@ -249,3 +253,8 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     sources = {mount["Source"] for mount in preview.plan.mounts}
     assert str(paths.data_dir / "accounts" / "api" / "passwd") in sources
     assert str(repo / ".git" / "commondir") in sources
+
+
+def test_url_userinfo_is_masked() -> None:
+    assert dryrun.masked("MIRROR", "https://user:pass@host/x", "") == "https://***@host/x"
+    assert dryrun.masked("MIRROR", "https://host/x@y", "") == "https://host/x@y"

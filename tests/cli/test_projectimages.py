@@ -668,3 +668,27 @@ def test_the_context_tar_is_what_was_hashed(project: Path) -> None:
     with tarfile.open(fileobj=buffer) as archive:
         names = archive.getnames()
     assert names == ["Dockerfile", "devcontainer.json", "setup.sh", ".cloister-build.Dockerfile"]
+
+
+def test_a_from_image_not_on_this_machine_is_refused(
+    engine: FakeEngine, project: Path, paths: CloisterPaths, source: Path
+) -> None:
+    (project / ".devcontainer" / "Dockerfile").write_text("FROM missing/image:1\nRUN true\n")
+    with pytest.raises(ProjectImageError, match=r"FROM missing/image:1: not on this machine"):
+        plan(engine, paths, project, source)
+
+
+def test_builder_lines_are_never_markup(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    import sys
+
+    from cloister_cli.commands import output
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    with output.build_progress() as progress:
+        progress("img", "Step 1/2 : RUN echo [/] \x1b[8m")
+    shown = capsys.readouterr().err
+    assert "[/] \\x1b[8m" in shown
+    assert "\x1b" not in shown
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with output.build_progress() as progress:
+        progress("img", "[/] \x1b[8m [bold")  # no MarkupError

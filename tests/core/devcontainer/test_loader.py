@@ -3,6 +3,7 @@ discovery, and the errors for files Cloister cannot use."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from cloister_core.devcontainer import (
     LifecycleCommand,
     MountSpec,
     find_devcontainer,
+    load_devcontainer,
 )
 from tests.core.devcontainer.conftest import Workspace
 
@@ -316,3 +318,108 @@ def test_explicit_devcontainer(workspace: Workspace, tmp_path: Path) -> None:
     assert find_devcontainer(workspace.project, other.parent) == other
     with pytest.raises(DevcontainerError, match=r"missing\.json: no such file"):
         find_devcontainer(workspace.project, tmp_path / "missing.json")
+
+
+_IMAGE = '{"image": "debian:bookworm", '
+
+
+def test_a_file_over_one_mebibyte_is_refused(workspace: Workspace) -> None:
+    padding = " " * (2 * 1024 * 1024)
+    with pytest.raises(DevcontainerError, match="over 1 MiB is refused"):
+        workspace.load('{"image": "debian:bookworm"}' + padding)
+
+
+def test_deep_nesting_is_refused(workspace: Workspace) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(DevcontainerError, match="nested too deeply"):
+        workspace.load(_IMAGE + '"customizations": ' + deep + "}")
+
+
+def test_a_nul_in_a_mount_source_is_refused(workspace: Workspace) -> None:
+    text = _IMAGE + '"mounts": ["type=bind,source=${localWorkspaceFolder}/data\\u0000x,target=/d"]}'
+    with pytest.raises(DevcontainerError, match="NUL character"):
+        workspace.load(text)
+
+
+def test_not_a_regular_file(workspace: Workspace) -> None:
+    with pytest.raises(DevcontainerError, match="not a regular file"):
+        load_devcontainer(
+            workspace.project,
+            project_root=workspace.project,
+            home=workspace.home,
+            environ=workspace.environ,
+        )
+
+
+def test_escapes_in_the_files_text_are_shown_escaped(workspace: Workspace) -> None:
+    hidden = "\\u001b[8m"
+    text = (
+        _IMAGE
+        + f'"mounts": ["type=bind,source=/opt/x{hidden}hidden,target=/d"],'
+        + f' "odd{hidden}key": 1,'
+        + f' "containerEnv": {{"A": "${{bogus{hidden}:x}}"}}}}'
+    )
+    loaded = workspace.load(text)
+    for override in loaded.overrides:
+        for shown in (override.describe(), override.render(loaded.path), override.why):
+            assert "\x1b" not in shown, shown
+    assert any("\\x1b[8mhidden" in item.describe() for item in loaded.overrides)
+    with pytest.raises(DevcontainerError) as raised:
+        workspace.load(_IMAGE + f'"mounts": "x{hidden}y"}}')
+    assert "\x1b" not in str(raised.value)
+    assert "\x1b" not in raised.value.message
+
+
+def test_a_socket_in_the_project_is_refused(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workspace.project)  # a short relative path: sockets' names are short
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("agent.sock")
+        loaded = workspace.load(
+            _IMAGE + '"mounts": ["type=bind,source=${localWorkspaceFolder}/agent.sock,target=/s"]}'
+        )
+    (override,) = [item for item in loaded.overrides if item.field == "mounts[0]"]
+    assert (override.outcome, "is a socket" in override.why) == ("refused", True)
+    assert loaded.mounts == ()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "DATABASE_URL",
+        "MONGO_URI",
+        "SENTRY_DSN",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "PIP_INDEX_URL",
+        "UV_INDEX",
+        "NPM_CONFIG_REGISTRY",
+    ],
+)
+def test_url_like_host_variables_are_not_read(workspace: Workspace, name: str) -> None:
+    loaded = workspace.load(_IMAGE + f'"containerEnv": {{"X": "${{localEnv:{name}}}"}}}}')
+    (override,) = [item for item in loaded.overrides if item.field == "containerEnv.X"]
+    assert override.outcome == "refused"
+    assert loaded.container_env == {}
+
+
+def test_a_discovered_file_linked_outside_the_project_is_refused(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "devcontainer.json").write_text('{"image": "debian:bookworm"}')
+    (workspace.project / ".devcontainer").symlink_to(elsewhere)
+    with pytest.raises(DevcontainerError, match="outside the project"):
+        find_devcontainer(workspace.project)
+    # Given explicitly, it is the user's choice.
+    assert find_devcontainer(workspace.project, elsewhere) == elsewhere / "devcontainer.json"
+
+
+def test_a_discovered_link_inside_the_project_is_fine(workspace: Workspace) -> None:
+    workspace.write('{"image": "debian:bookworm"}', "config/devcontainer.json")
+    (workspace.project / ".devcontainer.json").symlink_to(
+        workspace.project / "config" / "devcontainer.json"
+    )
+    assert find_devcontainer(workspace.project) == workspace.project / ".devcontainer.json"

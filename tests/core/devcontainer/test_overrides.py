@@ -189,7 +189,45 @@ OVERRIDES: list[tuple[str, str, str, str]] = [
         "refused",
         "volume driver",
     ),
-    # mounts that are kept: binds read-only, volumes and tmpfs as asked
+    # binds outside the project: refused, blocked or not (an allowlist)
+    (
+        '"mounts": ["source=/opt/datasets,target=/data,type=bind,readonly"]',
+        "mounts[0]",
+        "refused",
+        "only paths inside the project may be mounted",
+    ),
+    (
+        '"mounts": ["source=${localEnv:HOME}/src/other,target=/o,type=bind"]',
+        "mounts[0]",
+        "refused",
+        "list another repository in the project's `refs:` instead",
+    ),
+    (
+        '"mounts": ["source=${localWorkspaceFolder}/../other,target=/o,type=bind"]',
+        "mounts[0]",
+        "refused",
+        "is outside the project",
+    ),
+    # a link below the project root, even to the project's own files: refused
+    (
+        '"mounts": ["source=${localWorkspaceFolder}/data-link,target=/d,type=bind"]',
+        "mounts[0]",
+        "refused",
+        "data-link is a symbolic link",
+    ),
+    (
+        '"mounts": ["source=${localWorkspaceFolder}/data-link/x,target=/d,type=bind"]',
+        "mounts[0]",
+        "refused",
+        "data-link is a symbolic link",
+    ),
+    (
+        '"mounts": ["source=${localWorkspaceFolder}/missing,target=/d,type=bind"]',
+        "mounts[0]",
+        "dropped",
+        "does not exist",
+    ),
+    # mounts that are kept: binds (inside the project) read-only, volumes and tmpfs as asked
     (
         '"mounts": ["source=${localWorkspaceFolder}/data,target=/data,type=bind"]',
         "mounts[0]",
@@ -197,10 +235,16 @@ OVERRIDES: list[tuple[str, str, str, str]] = [
         "made read-only",
     ),
     (
-        '"mounts": ["source=/opt/datasets,target=/data,type=bind,readonly"]',
+        '"mounts": ["source=${localWorkspaceFolder}/data,target=/data,type=bind,readonly"]',
         "mounts[0]",
         "kept",
         "read-only, as asked",
+    ),
+    (
+        '"mounts": ["source=${localWorkspaceFolder},target=/src,type=bind"]',
+        "mounts[0]",
+        "kept",
+        "made read-only",
     ),
     (
         '"mounts": ["source=mods,target=${containerWorkspaceFolder}/node_modules,type=volume"]',

@@ -14,6 +14,7 @@ turns the kept parts into :class:`~cloister_cli.cloisters.Extras`:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 
@@ -28,7 +29,11 @@ _CONTAINER_ENV = re.compile(r"\$\{containerEnv:([^}:]+)(?::([^}]*))?\}")
 
 def volume_name(project: str, name: str) -> str:
     """The Docker volume a devcontainer's named volume *name* is, for *project*."""
-    return f"cloister-{validate_name(project, what='project')}-{name}"
+    project = validate_name(project, what="project")
+    # The digest makes the name unambiguous: ``web`` + ``admin-x`` and ``web-admin`` + ``x``
+    # would otherwise both be ``cloister-web-admin-x``.
+    tag = hashlib.sha256(f"{project}\0{name}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"cloister-{project}-{name}-{tag}"
 
 
 def mount_for(spec: MountSpec, project: str) -> Mount:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from docker.types import Mount
 
 from cloister_core.errors import CloisterError
+from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.starting import Preview
@@ -28,12 +29,14 @@ _SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|PRIVATE|API_?KEY|(?:^|_)KEYS?(?:_|$)",
     re.IGNORECASE,
 )
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
 
 
 def masked(name: str, value: str, secret: str) -> str:
     """*value* of variable *name* as shown: the token replaced, a secret's value hidden."""
     if _SECRET_NAME.search(name):
         return MASK
+    value = _USERINFO.sub(rf"\1{MASK}@", value)  # https://user:pass@host -> https://***@host
     return value.replace(secret, MASK) if secret else value
 
 
@@ -207,6 +210,10 @@ def render(preview: Preview) -> str:
     out += [f"note       {note}" for note in preview.notes]
     out += [f"warning    {warning}" for warning in preview.warnings]
     out += ["", f"docker run equivalent (secrets shown as {MASK}):", ""]
-    argv = docker_run_argv(plan.run_kwargs(), secret=preview.secret)
+    # Every line may hold the agent's text (steps, env values, notes): escaped, so a
+    # control character shows as an escape (printable is idempotent: the shape's
+    # difference, already escaped, stays as it is).
+    out = [printable(line) for line in out]
+    argv = [printable(item) for item in docker_run_argv(plan.run_kwargs(), secret=preview.secret)]
     out.append(command_text(argv, multiline=True))
     return "\n".join(out) + "\n"

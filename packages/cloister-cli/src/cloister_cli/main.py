@@ -17,6 +17,7 @@ import click
 
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
+from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -140,7 +141,10 @@ class CloisterGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CloisterError as error:
-            raise click.ClickException(str(error)) from None
+            # The message may quote the agent's text (an image name, a builder line):
+            # its control characters are escaped, line by line.
+            lines = str(error).split("\n")
+            raise click.ClickException("\n".join(printable(line) for line in lines)) from None
 
 
 @click.group(cls=CloisterGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ruamel.yaml.comments import CommentedMap
 
-from cloister_cli import git
+from cloister_cli import git, shape
 from cloister_core.config import load_project_config
 from cloister_core.config.loader import load_text, parse_yaml, round_trip_yaml
 from cloister_core.errors import CloisterError
@@ -128,10 +128,15 @@ def require(paths: CloisterPaths, name: str) -> None:
 
 
 def remove(paths: CloisterPaths, name: str) -> list[Path]:
-    """Delete the project's config and decision files; returns what was deleted."""
+    """Delete the project's config, decision and shape-approval files; returns what was deleted."""
     require(paths, name)
     removed = []
-    for path in (paths.project_config(name), paths.project_decisions(name)):
+    # The shape approval too: a later project of this name must not inherit it.
+    for path in (
+        paths.project_config(name),
+        paths.project_decisions(name),
+        shape.approved_file(paths, name),
+    ):
         if path.exists():
             path.unlink()
             removed.append(path)

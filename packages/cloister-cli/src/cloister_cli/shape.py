@@ -230,6 +230,10 @@ class _Reader:
         try:
             with os.scandir(fd) as listing:
                 for item in listing:
+                    if item.name == ".git":
+                        # Never part of a build (it is left out of every context), and
+                        # it changes at each commit: recording it would ask every time.
+                        continue
                     if len(names) >= MAX_ENTRIES:
                         self.uncomparable = f"more than {MAX_ENTRIES} entries"
                         break

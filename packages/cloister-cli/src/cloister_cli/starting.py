@@ -9,8 +9,8 @@ round).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 import docker.errors
@@ -98,7 +98,8 @@ def load_project_devcontainer(
 ) -> Devcontainer | None:
     """The project's devcontainer.json read with Cloister's overrides, or None.
 
-    Host variables come from this process's environment; Cloister's own directories
+    Host variables come from this process's environment, only those of
+    :func:`host_environment`; Cloister's own directories
     are blocked as mount sources besides the loader's list.
     """
     if options.no_devcontainer:
@@ -110,7 +111,7 @@ def load_project_devcontainer(
         found,
         project_root=root,
         home=context.home,
-        environ=os.environ,
+        environ=host_environment(),
         container_workspace="/work",
         trusted_features=context.config.devcontainer.trusted_features,
         blocked_paths=(context.paths.config_dir, context.paths.data_dir),
@@ -122,6 +123,47 @@ def load_project_devcontainer(
 
 def _shape_extra(options: StartOptions) -> list[Path]:
     return [options.devcontainer] if options.devcontainer is not None else []
+
+
+# What ``${localEnv:X}`` in a devcontainer.json may read of this machine's environment:
+# nothing that could hold a secret (a token, a proxy with a password, an agent's key).
+HOST_ENV_NAMES = frozenset({"USER", "LOGNAME", "LANG", "TZ", "TERM", "HOME", "SHELL"})
+
+
+def host_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allowlisted part of *environ* (this process's by default): :data:`HOST_ENV_NAMES`
+    and ``LC_*``."""
+    source = os.environ if environ is None else environ
+    return {
+        name: value
+        for name, value in source.items()
+        if name in HOST_ENV_NAMES or name.startswith("LC_")
+    }
+
+
+def build_inputs(devcontainer: Devcontainer | None) -> list[Path]:
+    """Everything a build of *devcontainer*'s image reads: its files (devcontainer.json,
+    the Dockerfile) and its build context, a directory; added to the shape, as the
+    agent may have written them anywhere (``"dockerfile": "../Dockerfile"``)."""
+    if devcontainer is None:
+        return []
+    found = list(devcontainer.input_files())
+    context = devcontainer.source.context
+    if context is not None and context not in found:
+        found.append(context)
+    return found
+
+
+def checked_devcontainer(
+    first: Devcontainer | None,
+    load: Callable[[], Devcontainer | None],
+) -> Devcontainer | None:
+    """The devcontainer read again after the shape was approved: the one the build uses,
+    provided it reads the same inputs as the one whose inputs were approved."""
+    again = load()
+    if set(build_inputs(again)) != set(build_inputs(first)):
+        raise shape.ShapeChangedError("the devcontainer changed while you were asked")
+    return again
 
 
 def _image_plan(
@@ -288,14 +330,19 @@ def start(
         stop(context, name)  # a dead one: start afresh
     root = workspace.project.root
     devcontainer = load_project_devcontainer(context, root, options)
-    # Before anything is built: the agent may have changed what the build reads.
+    # Before anything is built: the agent may have changed what the build reads, here
+    # or anywhere its devcontainer.json points the build at.
     approved = shape.check_shape(
         context.paths,
         workspace.project.name,
         root,
-        extra=_shape_extra(options),
+        extra=[*_shape_extra(options), *build_inputs(devcontainer)],
         confirm=options.confirm,
         assume_yes=options.assume_yes,
+    )
+    quiet = replace(options, on_devcontainer=None)  # its warnings were shown once
+    devcontainer = checked_devcontainer(
+        devcontainer, lambda: load_project_devcontainer(context, root, quiet)
     )
     check_refs(context.paths, workspace.project, context.home)  # before minutes of building
     ensure_guardian(context, progress)
@@ -397,7 +444,8 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
         notes.append(f"cloister {name} runs already: `cloister start` would attach to it")
     devcontainer = load_project_devcontainer(context, project.root, options)
     old = shape.load_approved(context.paths, project.name)
-    difference = shape.difference(old, shape.read_shape(project.root, _shape_extra(options)))
+    extra = [*_shape_extra(options), *build_inputs(devcontainer)]
+    difference = shape.difference(old, shape.read_shape(project.root, extra))
     check_refs(context.paths, project, context.home)
     base = options.image or context.config.defaults.image
     if devcontainer is not None and options.image:

@@ -26,6 +26,7 @@ from cloister_cli.commands.output import (
     warn,
 )
 from cloister_core import stack
+from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.lifecycle import Context
@@ -193,11 +194,11 @@ def _lifecycle(context: Context, outcome: StartOutcome, when: str) -> None:
         devcontainer.lifecycle,
         stages,
         user=outcome.user,
-        on_line=lambda what, line: note(f"[{what}] {line}"),
+        on_line=lambda what, line: note(f"[{printable(what)}] {printable(line)}"),
     )
     for each in outcomes:
         if each.failed:
-            warn(each.describe())
+            warn(printable(each.describe()))
 
 
 @click.command("list")

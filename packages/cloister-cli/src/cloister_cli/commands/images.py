@@ -6,7 +6,6 @@ models cost time that `--help` and completion should not pay).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,9 +20,11 @@ from cloister_cli.commands.output import (
     note,
     print_json,
 )
+from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.lifecycle import Context
+    from cloister_core.devcontainer import Devcontainer
 
 
 @click.group()
@@ -96,23 +97,31 @@ def build(
       cloister images build --no-cache
       cloister images build --yes   # accept changed Dockerfiles without asking
     """
-    from cloister_cli import lifecycle, projectimages, projects, shape  # noqa: PLC0415
+    from cloister_cli import (  # noqa: PLC0415
+        lifecycle,
+        projectimages,
+        projects,
+        shape,
+        starting,
+    )
 
     if no_devcontainer and devcontainer_path is not None:
         raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
     project = projects.identify(directory or Path.cwd(), project_name, allow_no_git=True)
-    devcontainer = (
-        None
-        if no_devcontainer
-        else projectimages.load_project_devcontainer(
+
+    def load() -> Devcontainer | None:
+        if no_devcontainer:
+            return None
+        return projectimages.load_project_devcontainer(
             context.paths,
             context.config,
             project.root,
             home=context.home,
-            environ=os.environ,
+            environ=starting.host_environment(),
             explicit=devcontainer_path,
         )
-    )
+
+    devcontainer = load()
     base = image or context.config.defaults.image
     if dry_run:
         plan = projectimages.plan_project_image(
@@ -125,7 +134,7 @@ def build(
             source=context.source,
         )
         for step in plan.steps:
-            click.echo(step)
+            click.echo(printable(step))
         return
     # The agent writes the Dockerfiles a build runs (with the network): a change since
     # the human last started the cloister is shown and needs their yes, as at start.
@@ -134,10 +143,14 @@ def build(
         context.paths,
         project.name,
         project.root,
-        extra=[devcontainer_path] if devcontainer_path is not None else [],
+        extra=[
+            *([devcontainer_path] if devcontainer_path is not None else []),
+            *starting.build_inputs(devcontainer),
+        ],
         confirm=confirm_shape if interactive else None,
         assume_yes=assume_yes,
     )
+    devcontainer = starting.checked_devcontainer(devcontainer, load)
     projects.register(context.paths, project)  # prune keeps the images of known projects
     with build_progress() as progress:
         if devcontainer is None:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cloister_core.printable import printable
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status
@@ -51,9 +53,9 @@ def build_progress() -> Iterator[Callable[[str, str], None]]:
         def plain(what: str, line: str) -> None:
             if what != current[0]:
                 current[0] = what
-                print(f"building {what}", file=sys.stderr, flush=True)
+                print(f"building {printable(what)}", file=sys.stderr, flush=True)
             if line.startswith("Step "):
-                print(f"  {line}", file=sys.stderr, flush=True)
+                print(f"  {printable(line)}", file=sys.stderr, flush=True)
 
         yield plain
         return
@@ -61,11 +63,17 @@ def build_progress() -> Iterator[Callable[[str, str], None]]:
         shown: list[Status] = []
 
         def live(what: str, line: str) -> None:
+            from rich.text import Text  # noqa: PLC0415 - lazy, see above
+
             if not shown:
                 from rich.status import Status  # noqa: PLC0415 - lazy, see above
 
                 shown.append(stack.enter_context(Status("", console=console(stderr=True))))
-            shown[0].update(f"[bold]building {what}[/]  {line[:100]}")
+            # The builder's lines are the agent's (a RUN prints what it likes): plain
+            # text, never rich markup, and their control characters escaped.
+            shown[0].update(
+                Text.assemble((f"building {printable(what)}", "bold"), "  ", printable(line[:100]))
+            )
 
         yield live
 

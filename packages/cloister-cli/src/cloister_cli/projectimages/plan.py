@@ -37,6 +37,7 @@ from cloister_core.devcontainer import Devcontainer, find_devcontainer, load_dev
 from cloister_core.fileio import locked
 from cloister_core.names import validate_name
 from cloister_core.paths import CloisterPaths
+from cloister_core.printable import printable
 
 
 def load_project_devcontainer(
@@ -222,8 +223,8 @@ def _plan_devcontainer(
         found = _image_id(client, name)
         if found is None:
             raise ProjectImageError(
-                f"image {name!r} (devcontainer.json `image`) is not on this machine and"
-                f" Cloister pulls nothing: `docker pull {name}` or build it first"
+                f"image {printable(name)!r} (devcontainer.json `image`) is not on this machine"
+                f" and Cloister pulls nothing: `docker pull {printable(name)}` or build it first"
             )
         digest.add("image", name, found)
         steps.append(f"start from {name} (devcontainer.json `image`)")
@@ -240,8 +241,14 @@ def _plan_devcontainer(
     parents = []
     for reference in from_images(text.decode("utf-8", "replace"), args):
         found = _image_id(client, reference) if "$" not in reference else None
-        digest.add("from", reference, found or "absent")
-        parents.append(reference + ("" if found else " (not on this machine: docker pulls it)"))
+        if found is None:
+            # The classic builder would pull it (with the network): Cloister pulls nothing.
+            raise ProjectImageError(
+                f"FROM {printable(reference)}: not on this machine;"
+                f" `docker pull {printable(reference)}` (or build it) first"
+            )
+        digest.add("from", reference, found)
+        parents.append(reference)
     where = _shown(image_source.dockerfile, root)
     details = [f"target {image_source.target}"] if image_source.target else []
     details += [f"args {', '.join(args)}"] if args else []
@@ -301,7 +308,9 @@ def _image_id(client: docker.DockerClient, name: str) -> str | None:
     except docker.errors.ImageNotFound:
         return None
     except docker.errors.APIError as error:
-        raise ProjectImageError(f"image {name!r}: {error.explanation or error}") from None
+        raise ProjectImageError(
+            f"image {printable(name)!r}: {printable(str(error.explanation or error))}"
+        ) from None
     return str(found) if found else None
 
 

@@ -1,5 +1,9 @@
 """The host paths no cloister may bind-mount, and why.
 
+A ``mounts`` bind is kept only inside the project (:mod:`.mounts`); this list names
+what a refused source is (``is ~/.ssh (your SSH keys)``), and it is what ``-v`` in
+``runArgs`` (always dropped) is refused by.
+
 A bind mount is refused when its source *is*, *holds* or *is inside* a blocked path:
 ``~`` holds ``~/.ssh``, ``~/.ssh/config`` is inside it. The root and the home
 directory are blocked only as themselves and what holds them (the project usually
@@ -66,7 +70,7 @@ def _forms(path: str) -> tuple[str, ...]:
     written = posixpath.normpath(path)
     try:
         resolved = str(Path(written).resolve())
-    except (OSError, RuntimeError):  # a loop of links: compare as written
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL: as written
         resolved = written
     return tuple(dict.fromkeys(form.casefold() for form in (written, resolved)))
 

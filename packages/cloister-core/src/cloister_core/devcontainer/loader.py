@@ -10,7 +10,9 @@ outside the project) is dropped or refused, and each decision is an
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
@@ -39,6 +41,7 @@ from cloister_core.devcontainer.mounts import (
 )
 from cloister_core.devcontainer.runargs import cap_add, check_run_args, security_opt
 from cloister_core.devcontainer.variables import Variables, secret_reason
+from cloister_core.printable import printable
 
 CANDIDATES: tuple[str, ...] = (
     ".devcontainer/cloister/devcontainer.json",
@@ -90,6 +93,8 @@ _IGNORED: dict[str, tuple[Outcome, str]] = {
     "runServices": ("ignored", "only for docker-compose files"),
 }
 _SOURCE_KEYS = frozenset({"image", "build", "dockerFile", "context"})
+MAX_SIZE = 1024 * 1024
+"""The largest devcontainer.json read: the agent writes it, and it is read on the host."""
 
 
 def find_devcontainer(project_root: Path, explicit: Path | None = None) -> Path | None:
@@ -97,17 +102,77 @@ def find_devcontainer(project_root: Path, explicit: Path | None = None) -> Path 
     :data:`CANDIDATES` in *project_root* that exists; None if there is none.
 
     An explicit directory means its ``devcontainer.json``; an explicit path that does not
-    exist is an error (a typo must not silently start without the file).
+    exist is an error (a typo must not silently start without the file). A file found
+    in the project whose real path (links resolved) is outside the project is an error:
+    the agent could point ``.devcontainer`` at a directory it changes unseen.
     """
     if explicit is not None:
         chosen = explicit / "devcontainer.json" if explicit.is_dir() else explicit
         if not chosen.is_file():
             raise DevcontainerError(chosen, "no such file (given with --devcontainer)")
         return chosen
+    root = project_root.resolve()
     for candidate in CANDIDATES:
         path = project_root / candidate
         if path.is_file():
+            real = path.resolve()
+            if not real.is_relative_to(root):
+                raise DevcontainerError(
+                    path,
+                    f"it is a link to {real}, outside the project ({root}): Cloister reads"
+                    " only a devcontainer.json inside the project (or one given with"
+                    " --devcontainer)",
+                )
             return path
+    return None
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: a regular file of at most :data:`MAX_SIZE` bytes, in UTF-8."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        raise DevcontainerError(path, f"cannot read file: {error.strerror or error}") from None
+    too_big = f"a devcontainer.json over {MAX_SIZE // (1024 * 1024)} MiB is refused"
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise DevcontainerError(path, "not a regular file")
+        if status.st_size > MAX_SIZE:
+            raise DevcontainerError(path, f"it is {status.st_size} bytes; {too_big}")
+        chunks: list[bytes] = []
+        left = MAX_SIZE + 1
+        while left > 0 and (chunk := os.read(descriptor, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as error:
+        raise DevcontainerError(path, f"cannot read file: {error.strerror or error}") from None
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    if len(data) > MAX_SIZE:
+        raise DevcontainerError(path, f"it is over {MAX_SIZE} bytes; {too_big}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DevcontainerError(path, f"cannot read file: {error}") from None
+
+
+def _nul_location(document: object) -> Location | None:
+    """Where the first string (key or value) with a NUL character is, or None."""
+    stack: list[tuple[Location, object]] = [((), document)]
+    while stack:
+        location, value = stack.pop()
+        if isinstance(value, str) and "\0" in value:
+            return location
+        if isinstance(value, dict):
+            for key, item in cast("dict[str, object]", value).items():
+                if "\0" in key:
+                    return location
+                stack.append(((*location, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*location, index), item) for index, item in enumerate(value))
     return None
 
 
@@ -126,16 +191,45 @@ def load_devcontainer(
     *environ* is what ``${localEnv:X}`` reads (names that look like secrets are never
     read); *blocked_paths* are added to the blocked list (Cloister's own config and
     data directories). Raises :class:`DevcontainerError` for a file Cloister cannot
-    use: malformed, of the wrong types, compose-based, or without an image.
+    use: malformed, of the wrong types, compose-based, without an image, over
+    :data:`MAX_SIZE` bytes, nested too deeply, or with a NUL character in a string.
     """
+    text = _read_text(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise DevcontainerError(path, f"cannot read file: {error}") from None
+        return _load(
+            path,
+            text,
+            project_root=project_root,
+            home=home,
+            environ=environ,
+            container_workspace=container_workspace,
+            trusted_features=trusted_features,
+            blocked_paths=blocked_paths,
+        )
+    except RecursionError:
+        raise DevcontainerError(path, "its values are nested too deeply") from None
+
+
+def _load(
+    path: Path,
+    text: str,
+    *,
+    project_root: Path,
+    home: Path,
+    environ: Mapping[str, str],
+    container_workspace: str,
+    trusted_features: Sequence[str],
+    blocked_paths: Sequence[Path],
+) -> Devcontainer:
     document = parse_jsonc(text, path)
     if not isinstance(document, dict):
         kind = type(document).__name__
         raise DevcontainerError(path, f"expected a JSON object at the top, got {kind}", 1, 1)
+    if (where := _nul_location(document)) is not None:
+        found = locate(text, document, where)
+        line, column = found if found is not None else (None, None)
+        message = f"{_dotted(where)}: a NUL character (\\u0000) is not allowed in a string"
+        raise DevcontainerError(path, message, line, column)
     variables = Variables(
         environ=environ,
         local_workspace=str(project_root),
@@ -211,7 +305,8 @@ class _Reader:
     def note(self, location: Location, value: object, outcome: Outcome, why: str) -> None:
         found = locate(self.text, self.document, location)
         line = found[0] if found is not None else None
-        self.overrides.append(Override(_dotted(location), value_text(value), outcome, why, line))
+        field = printable(_dotted(location))
+        self.overrides.append(Override(field, value_text(value), outcome, printable(why), line))
 
     def wrong(self, location: Location, expected: str, value: object) -> DevcontainerError:
         return self.error(

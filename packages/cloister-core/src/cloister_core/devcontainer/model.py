@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from cloister_core.errors import CloisterError, ConfigProblem
+from cloister_core.printable import printable
 
 Outcome = Literal["kept", "dropped", "refused", "ignored"]
 """``kept``: honoured (perhaps made safer, the reason says how); ``dropped``: it would
@@ -43,22 +44,27 @@ MountKind = Literal["bind", "volume", "tmpfs"]
 class DevcontainerError(CloisterError):
     """A devcontainer.json Cloister cannot use: malformed, wrong types, or compose-based.
 
-    ``str()`` is ``<file>:<line>:<column>: <message>`` when the spot is known.
+    ``str()`` is ``<file>:<line>:<column>: <message>`` when the spot is known; the file's
+    text in it goes through :func:`~cloister_core.printable.printable`.
     """
 
     def __init__(
         self, path: Path, message: str, line: int | None = None, column: int | None = None
     ) -> None:
         self.path = path
-        self.message = message
+        self.message = printable(message)
         self.line = line
         self.column = column
-        super().__init__(ConfigProblem(message, line, column).render(path))
+        super().__init__(printable(ConfigProblem(message, line, column).render(path)))
 
 
 @dataclass(frozen=True, slots=True)
 class Override:
-    """One thing the file asked for, and what Cloister did with it."""
+    """One thing the file asked for, and what Cloister did with it.
+
+    ``field``, ``value`` and ``why`` may hold the file's text (the agent's): shown, they
+    go through :func:`~cloister_core.printable.printable` (:meth:`describe` does it).
+    """
 
     field: str  # where in the file: "runArgs[2]", "mounts[0]", "containerEnv.TOKEN"
     value: str  # what it said, as text
@@ -68,11 +74,11 @@ class Override:
 
     def describe(self) -> str:
         """``runArgs[0] '--privileged': dropped: gives the container …``."""
-        return f"{self.field} {self.value!r}: {self.outcome}: {self.why}"
+        return printable(f"{self.field} {self.value!r}: {self.outcome}: {self.why}")
 
     def render(self, path: Path) -> str:
         """:meth:`describe` after ``<file>:<line>:``, as a warning names its spot."""
-        return ConfigProblem(self.describe(), self.line).render(path)
+        return printable(ConfigProblem(self.describe(), self.line).render(path))
 
 
 @dataclass(frozen=True, slots=True)

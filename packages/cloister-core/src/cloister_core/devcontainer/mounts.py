@@ -1,11 +1,16 @@
-"""``mounts`` entries: parsed, their variables substituted, checked against the blocked list.
+"""``mounts`` entries: parsed, their variables substituted, checked against the project.
 
 What is kept:
 
 - ``type=volume``: named (or anonymous) Docker volumes, as asked; they hold no host
   files. Driver options are refused: the local driver's ``o=bind`` mounts any host path.
-- ``type=bind`` of a host path that is not blocked (:mod:`.blocked`): kept, but always
-  read-only, since a cloister may write only its project.
+- ``type=bind`` of a file or directory *inside the project* (an allowlist): kept, but
+  always read-only, since a cloister may write only its project. Everything outside
+  the project is refused (the message names a blocked path, :mod:`.blocked`, when it is
+  one); so is a source with a symbolic link in any component below the project root
+  (docker would resolve it again when it creates the container, and the agent can
+  re-point a link) and a source that is a socket (a read-only bind still allows
+  ``connect()``), or anything else that is not a file or a directory.
 - ``type=tmpfs``: kept.
 
 A mount whose target is or holds the project's place in the container is dropped (it
@@ -16,8 +21,10 @@ would hide the project), and so is anything not understood: only ``type``, ``sou
 from __future__ import annotations
 
 import csv
+import os
 import posixpath
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -117,7 +124,10 @@ def decide_mount(
     blocked: BlockedPaths,
     default_type: str = "volume",
 ) -> MountDecision:
-    """Substitute, check and decide one parsed mount (see the module's docstring)."""
+    """Substitute, check and decide one parsed mount (see the module's docstring).
+
+    A bind mount's source must be inside ``variables.local_workspace`` (the project).
+    """
     if driver := sorted(_DRIVER_KEYS & fields.keys()):
         why = f"{driver[0]} is refused: a volume driver's options can bind any host path"
         return MountDecision(None, "refused", why)
@@ -135,14 +145,27 @@ def decide_mount(
         return MountDecision(None, "dropped", why)
     kind = values.get("type", default_type).strip().lower()
     source = values.get("source", "").strip() or None
-    return _by_kind(kind, source, target, read_only=_read_only(values), blocked=blocked)
+    return _by_kind(
+        kind,
+        source,
+        target,
+        read_only=_read_only(values),
+        blocked=blocked,
+        project=variables.local_workspace,
+    )
 
 
 def _by_kind(
-    kind: str, source: str | None, target: str, *, read_only: bool, blocked: BlockedPaths
+    kind: str,
+    source: str | None,
+    target: str,
+    *,
+    read_only: bool,
+    blocked: BlockedPaths,
+    project: str,
 ) -> MountDecision:
     if kind == "bind":
-        return _bind(source, target, read_only=read_only, blocked=blocked)
+        return _bind(source, target, read_only=read_only, blocked=blocked, project=project)
     if kind == "volume":
         if source is not None and not _VOLUME_NAME.fullmatch(source):
             return MountDecision(None, "dropped", f"{source!r} is not a volume name")
@@ -154,18 +177,76 @@ def _by_kind(
     return MountDecision(None, "dropped", f"mount type {kind!r} is not supported")
 
 
+OUTSIDE_PROJECT = (
+    "only paths inside the project may be mounted;"
+    " list another repository in the project's `refs:` instead"
+)
+
+
+def _relative_to(path: str, root: str) -> str | None:
+    """*path* relative to *root* (both normalised, absolute), or None if it is not inside."""
+    if path == root:
+        return ""
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else None
+
+
+def _bind_problem(normalized: str, project: str) -> tuple[Outcome, str] | None:
+    """Why the bind source *normalized* (absolute, ``..`` collapsed) is refused, or None.
+
+    Inside the project, as written or against the project's real path; no component
+    below the project root a symbolic link (each is lstat'ed: docker resolves links
+    again at create time, after this check); the source itself a file or a directory.
+    """
+    written_root = posixpath.normpath(project)
+    real_root = os.path.realpath(written_root)
+    relative = _relative_to(normalized, written_root)
+    if relative is None:
+        relative = _relative_to(normalized, real_root)
+    if relative is None:
+        return "refused", f"{normalized} is outside the project ({written_root}): {OUTSIDE_PROJECT}"
+    current = real_root
+    mode = os.lstat(real_root).st_mode if not relative else 0
+    for part in relative.split("/") if relative else ():
+        current = posixpath.join(current, part)
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return "dropped", f"{normalized} does not exist (docker would refuse to mount it)"
+        if stat.S_ISLNK(mode):
+            return "refused", (
+                f"{current} is a symbolic link: docker would follow it when it creates the"
+                f" cloister, wherever it points then; {OUTSIDE_PROJECT}"
+            )
+    if stat.S_ISSOCK(mode):
+        why = f"{normalized} is a socket: a read-only mount still lets the cloister connect to it"
+        return "refused", why
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        return "refused", f"{normalized} is neither a file nor a directory"
+    return None
+
+
 def _bind(
-    source: str | None, target: str, *, read_only: bool, blocked: BlockedPaths
+    source: str | None, target: str, *, read_only: bool, blocked: BlockedPaths, project: str
 ) -> MountDecision:
     if source is None:
         return MountDecision(None, "dropped", "a bind mount needs a source")
+    if "\0" in source:
+        return MountDecision(None, "refused", "the source has a NUL character")
     expanded = blocked.expand(source)
     if not expanded.startswith("/"):
         return MountDecision(None, "dropped", f"the source {source!r} is not an absolute path")
     if (reason := blocked.reason(source)) is not None:
         return MountDecision(None, "refused", f"{reason}: no cloister may mount it")
+    normalized = posixpath.normpath(expanded)
+    try:
+        problem = _bind_problem(normalized, project)
+    except (OSError, ValueError) as error:
+        problem = "refused", f"{normalized} cannot be checked ({error})"
+    if problem is not None:
+        return MountDecision(None, *problem)
     kind: MountKind = "bind"
-    spec = MountSpec(kind, posixpath.normpath(expanded), target, read_only=True)
+    spec = MountSpec(kind, normalized, target, read_only=True)
     if read_only:
         return MountDecision(spec, "kept", "read-only, as asked")
     return MountDecision(spec, "kept", "made read-only: a cloister writes only its project")

@@ -3,8 +3,10 @@
 A devcontainer.json lives in the project, and the agent writes the project: whatever
 the file says at the next ``cloister start`` may be the agent's. So a host variable is
 read only if its name does not look like a credential (``GITHUB_TOKEN``,
-``AWS_SECRET_ACCESS_KEY``, ``SSH_AUTH_SOCK``…): otherwise a planted
-``"containerEnv": {"X": "${localEnv:GITHUB_TOKEN}"}`` would hand it to the agent. The
+``AWS_SECRET_ACCESS_KEY``, ``SSH_AUTH_SOCK``…) or a URL that may carry one
+(``DATABASE_URL``, ``SENTRY_DSN``, ``HTTPS_PROXY``, ``PIP_INDEX_URL``, ``UV_*``,
+``NPM_*``): otherwise a planted ``"containerEnv": {"X": "${localEnv:GITHUB_TOKEN}"}``
+would hand it to the agent. The
 names are a heuristic; what the CLI passes as the environment is the real boundary.
 """
 
@@ -18,7 +20,9 @@ from dataclasses import dataclass
 _VARIABLE = re.compile(r"\$\{([^{}]*)\}")
 _SECRET_WORD = re.compile(
     r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SOCK"
-    r"|APIKEY|(?:^|_)KEYS?(?:_|$)",
+    r"|APIKEY|(?:^|_)KEYS?(?:_|$)"
+    # URL-ish carriers of credentials: https://user:pass@host, a database DSN, a proxy.
+    r"|(?:^|_)(?:URLS?|URIS?|DSN)$|PROXY",
     re.IGNORECASE,
 )
 _SECRET_PREFIXES = (
@@ -38,9 +42,11 @@ _SECRET_PREFIXES = (
     "KUBE",
     "NPM_",
     "OPENAI_",
+    "PIP_",
     "PYPI_",
     "SSH_",
     "TWINE_",
+    "UV_",
     "VAULT_",
 )
 
