@@ -95,7 +95,9 @@ def test_build_list_prune(project_name: str, tmp_path: Path) -> None:
     assert planned.stdout.splitlines()[-1].startswith(f"tag it cloister-project-{project_name}:")
     # The Dockerfiles are the agent's to write: never approved yet, so not built unasked.
     refused = tool.fails("images", "build", "-p", project_name, cwd=root)
+    assert f"{project_name}: nothing built: the files" in refused.stderr
     assert "never approved (.cloister/Dockerfile" in refused.stderr
+    assert "run `cloister images build` in a terminal" in refused.stderr
     assert "--yes" in refused.stderr
     first = tool.ok("images", "build", "-p", project_name, "--yes", cwd=root)
     tag = first.stdout.strip()

@@ -457,8 +457,12 @@ def check_shape(
     extra: Sequence[Path] = (),
     confirm: Callable[[str], bool] | None,
     assume_yes: bool = False,
+    command: str = "start",
 ) -> Shape:
     """The current shape of *root*, accepted: unchanged, ``--yes``, or confirmed.
+
+    *command* is the ``cloister`` command asking (``start``, ``images build``); the
+    refusal names it.
 
     *confirm* is shown the difference and says whether to go on; None means nobody
     can be asked (no terminal), which refuses a changed shape unless *assume_yes*.
@@ -475,14 +479,15 @@ def check_shape(
     if len(names) > 5:
         names[5:] = [f"{len(names) - 5} more"]
     listed = ", ".join(names)
+    refused = f"{project} not started" if command == "start" else f"{project}: nothing built"
     if confirm is None:
         what = "were never approved" if old is None else "changed since you last started it"
         raise ShapeChangedError(
-            f"{project} not started: the files its shape is read from {what} ({listed});"
-            " run `cloister start` in a terminal to see the difference and answer,"
+            f"{refused}: the files its shape is read from {what} ({listed});"
+            f" run `cloister {command}` in a terminal to see the difference and answer,"
             " or add --yes to accept it"
         )
     if not confirm(shown):
         what = "the files its shape is read from" if old is None else "the change to"
-        raise ShapeChangedError(f"{project} not started: you did not accept {what} {listed}")
+        raise ShapeChangedError(f"{refused}: you did not accept {what} {listed}")
     return shape

@@ -148,6 +148,7 @@ def build(
             *starting.build_inputs(devcontainer),
         ],
         confirm=confirm_shape if interactive else None,
+        command="images build",
         assume_yes=assume_yes,
     )
     devcontainer = starting.checked_devcontainer(devcontainer, load)
