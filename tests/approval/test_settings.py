@@ -15,7 +15,9 @@ def test_environment_and_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("CLOISTER_APPROVAL_DOMAIN_TIMEOUT", "30")
     monkeypatch.setenv("CLOISTER_APPROVAL_COMMAND_TIMEOUT", "2m")
     monkeypatch.setenv("CLOISTER_APPROVAL_HUB_SECRET", "from-the-environment")
+    monkeypatch.setenv("CLOISTER_APPROVAL_CLOISTER_LOGS", "/logs")  # as the stack sets it
     settings = ApprovalSettings(config_dir=tmp_path, port=19999)
+    assert settings.cloister_logs == Path("/logs")
     assert settings.config_dir == tmp_path
     assert settings.port == 19999
     assert settings.domain_timeout == timedelta(seconds=30)

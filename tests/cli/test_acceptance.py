@@ -36,7 +36,9 @@ import docker.errors
 import httpx
 import pytest
 
+from cloister_cli.inside.guardrails import BIN, PROFILE, PROFILE_SNIPPET, WRAPPER_DIR
 from cloister_core import stack
+from cloister_core.config.models import DEFAULT_PROTECTED_PATHS
 from cloister_core.decisions import DecisionStore
 from cloister_core.paths import CloisterPaths
 from tests.ci.test_docker_network import KNOWN_LINE, HostListener, host_primary_ipv4
@@ -463,10 +465,18 @@ def test_container_is_hardened_as_configured(
         "/work/.git/remotes": (str(gitdir / "remotes"), False),
         "/work/.git/branches": (str(gitdir / "branches"), False),
         "/work/.gitmodules": (str(repo.resolve() / ".gitmodules"), False),
+        # The protected paths (the defaults; missing here: empty stand-ins), and the
+        # directory on the way to one, a mount point of its own.
+        **{f"/work/{path}": (str(root / path), False) for path in DEFAULT_PROTECTED_PATHS},
+        "/work/.vscode": (str(root / ".vscode"), True),
+        "/.cloister": (str(cli.data_dir / "markers" / f"{name}.json"), False),
         f"/refs/{reference.name}": (str(reference.resolve()), False),
         # the host user's account (read-only), and each agent's state (the agent's)
         "/etc/passwd": (str(cli.data_dir / "accounts" / name / "passwd"), False),
         "/etc/group": (str(cli.data_dir / "accounts" / name / "group"), False),
+        # the git guardrails: the guarded git, and what puts it first in a login shell
+        BIN: (str(WRAPPER_DIR), False),
+        PROFILE: (str(PROFILE_SNIPPET), False),
         "/home/cloister/.claude": (str(cli.data_dir / "agents" / name / "claude"), True),
         "/home/cloister/.codex": (str(cli.data_dir / "agents" / name / "codex"), True),
         "/home/cloister/.gemini": (str(cli.data_dir / "agents" / name / "gemini"), True),

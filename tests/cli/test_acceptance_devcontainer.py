@@ -30,6 +30,7 @@ from tests.cli.cli_support import (
     Result,
     docker_executable,
     environment,
+    exec_in,
     exec_ok,
     git,
     guardian,
@@ -159,13 +160,20 @@ def test_a_devcontainer_is_built_and_run_hardened(
 def test_a_changed_devcontainer_needs_a_yes(cli: CloisterCli, project: tuple[Path, str]) -> None:
     repo, name = project
     start(cli, repo, "--yes")
-    # The agent edits the file that shapes its next cloister.
-    exec_ok(
-        name,
+    # The file that shapes the next cloister is a protected path: the agent cannot edit it.
+    edit = (
         'sed -i \'s/"PROJECT_MODE": "devcontainer"/"PROJECT_MODE": "widened"/\''
-        " .devcontainer/devcontainer.json",
+        " .devcontainer/devcontainer.json"
     )
+    assert exec_in(name, edit).returncode != 0
     cli.ok("stop", name)
+    # It still changes behind the cloister's back (a branch of the agent's merged, a
+    # project that drops .devcontainer from protect.paths): the next start asks.
+    path = repo / ".devcontainer" / "devcontainer.json"
+    text = path.read_text(encoding="utf-8")
+    widened = text.replace('"PROJECT_MODE": "devcontainer"', '"PROJECT_MODE": "widened"')
+    assert widened != text
+    path.write_text(widened, encoding="utf-8")
     refused = cli.fails("start", "-d", cwd=repo)
     assert "not started" in refused.stderr, refused.describe()
     assert ".devcontainer/devcontainer.json" in refused.stderr

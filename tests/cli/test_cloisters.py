@@ -11,7 +11,9 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+import docker.errors
 import pytest
 from docker.types import Mount
 
@@ -313,6 +315,7 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
         "mem_limit": "512m",
         "nano_cpus": 1_500_000_000,
         "pids_limit": 64,
+        "shm_size": "64m",  # defaults.shm_size, Docker's own default
     }
 
 
@@ -362,6 +365,8 @@ def test_environment_for() -> None:
         )
     )
     assert environment_for(record) == {
+        "CLOISTER": "1",
+        "CLOISTER_NAME": "api-feature",
         "CLOISTER_TOKEN": record.secret,
         "CLOISTER_CLOISTER": "api-feature",
         "CLOISTER_PROJECT": "api",
@@ -566,3 +571,90 @@ def test_the_agent_cannot_make_host_git_run_its_code(
         path.write_text(content.format(evil=evil), encoding="utf-8")
     host_git_status(workspace.directory)
     assert not marker.exists(), f"the agent could write {target} and run code on the host"
+
+
+# -- markers, protected paths and limits ------------------------------------------------------
+
+
+def test_markers_and_limits_in_the_plan(host: Host, repo: Path, tmp_path: Path) -> None:
+    workspace = main_checkout(repo)
+    record = record_for(workspace, "api")
+    marker = tmp_path / "marker.json"
+    extras = cloisters.Extras(
+        mounts=(
+            Mount(target="/work/.vscode", source="vscode", type="volume"),  # covers tasks.json
+            Mount(target="/work/.devcontainer", source="dev", type="volume"),
+            Mount(target="/.cloister", source="fake", type="volume"),
+            Mount(target="/work/node_modules", source="modules", type="volume"),
+        ),
+        environment={"CLOISTER": "0", "CLOISTER_NAME": "other", "Cloister": "x", "MODE": "dev"},
+        shm_size="1g",
+    )
+    plan = cloisters.plan(
+        workspace,
+        "api",
+        record,
+        image="cloister:latest",
+        limits=DefaultsConfig(shm_size="256m", disk="20g"),
+        refs=(),
+        forbidden=host.forbidden,
+        git_plan=gitmounts.plan(
+            repo, is_git=True, home=host.home, protect=(".devcontainer", ".vscode/tasks.json")
+        ),
+        extras=extras,
+        marker=marker,
+        storage_opt={"size": "20g"},
+    )
+    by_target = {mount["Target"]: mount for mount in plan.mounts}
+    assert by_target["/.cloister"]["Source"] == str(marker)
+    assert by_target["/.cloister"]["ReadOnly"] is True
+    assert by_target["/work/.vscode/tasks.json"]["ReadOnly"] is True
+    # No mount of the devcontainer's may cover a protected path or the marker.
+    assert by_target["/work/.devcontainer"]["Source"] == str(repo / ".devcontainer")
+    assert by_target["/work/.vscode"]["Type"] == "bind"
+    assert "/work/node_modules" in by_target
+    dropped = [note for note in plan.notes if "dropped" in note]
+    assert len(dropped) == 3, plan.notes
+    env = plan.environment
+    assert (env["CLOISTER"], env["CLOISTER_NAME"], env["CLOISTER_PROJECT"]) == ("1", "api", "api")
+    assert "Cloister" not in env  # any case of CLOISTER is Cloister's
+    assert env["MODE"] == "dev"
+    kwargs = plan.run_kwargs()
+    assert kwargs["shm_size"] == "1g"  # the devcontainer's wins over defaults.shm_size
+    assert kwargs["storage_opt"] == {"size": "20g"}
+
+
+def test_without_a_quota_there_is_no_storage_option(host: Host, repo: Path) -> None:
+    kwargs = plan_for(host, main_checkout(repo)).run_kwargs()
+    assert "storage_opt" not in kwargs
+    assert kwargs["shm_size"] == "64m"
+
+
+class _RefusingContainers:
+    def run(self, **kwargs: object) -> None:
+        raise docker.errors.APIError(
+            "--storage-opt is supported only for overlay over xfs with 'pquota' mount option"
+        )
+
+
+class _RefusingEngine:
+    containers = _RefusingContainers()
+
+
+def test_a_quota_the_engine_refuses_says_what_to_change(host: Host, repo: Path) -> None:
+    workspace = main_checkout(repo)
+    record = record_for(workspace, "api")
+    plan = cloisters.plan(
+        workspace,
+        "api",
+        record,
+        image="cloister:latest",
+        limits=DefaultsConfig(disk="20g"),
+        refs=(),
+        forbidden=host.forbidden,
+        git_plan=gitmounts.GitPlan(),
+        storage_opt={"size": "20g"},
+    )
+    engine: Any = _RefusingEngine()
+    with pytest.raises(CloisterStartError, match=r"pquota.*remove it from config\.yaml"):
+        cloisters.create(engine, host.paths, plan, record)

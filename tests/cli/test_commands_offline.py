@@ -366,6 +366,7 @@ def test_config_path_json(env: dict[str, str]) -> None:
         "tokens_dir": f"{config}/tokens",
         "data_dir": data,
         "audit_log": f"{data}/audit.log",
+        "logs_dir": f"{data}/logs",
     }
 
 

@@ -110,6 +110,17 @@ def test_review_offers_session_records_and_cloisters(
     assert complete(env, "cloister review ") == ["old-one"]
 
 
+def test_logs_offers_logs_session_records_and_cloisters(
+    env: dict[str, str], paths: CloisterPaths, api: FakeEngineApi
+) -> None:
+    touch(paths.cloister_log("gone"))  # stopped, its record gone: the log stays
+    touch(paths.session_file("old-one"))
+    touch(paths.logs_dir / "Not A Name.log")
+    assert complete(env, "cloister logs ") == ["api", "api-feature", "gone", "old-one", "web"]
+    api.status = 500
+    assert complete(env, "cloister logs ") == ["gone", "old-one"]
+
+
 def test_project_names(env: dict[str, str], paths: CloisterPaths) -> None:
     assert complete(env, "cloister project show ") == []
     touch(paths.project_config("api"))

@@ -43,6 +43,7 @@ def test_path_json(env: dict[str, str]) -> None:
     listing = json.loads(output)
     assert listing["config_file"] == str(Path(env["CLOISTER_CONFIG_DIR"]) / "config.yaml")
     assert listing["audit_log"] == str(Path(env["CLOISTER_DATA_DIR"]) / "audit.log")
+    assert listing["logs_dir"] == str(Path(env["CLOISTER_DATA_DIR"]) / "logs")
 
 
 def test_check_writes_default_then_validates(env: dict[str, str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import docker.errors
@@ -16,6 +17,7 @@ from cloister_cli import (
     dryrun,
     gitmounts,
     lifecycle,
+    previewing,
     projectimages,
     starting,
 )
@@ -88,6 +90,17 @@ def test_every_hardening_flag_is_in_the_command(tmp_path: Path) -> None:
     assert "org.cloister.cloister=api" in flag_values(argv, "--label")
     assert len(flag_values(argv, "--mount")) == len(plan.mounts)
     assert len(flag_values(argv, "--env")) == len(plan.environment)
+
+
+def test_the_limits_are_in_the_command(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "api")
+    plan, secret = plan_for(tmp_path, repo)
+    argv = dryrun.docker_run_argv(plan.run_kwargs(), secret=secret)
+    assert flag_values(argv, "--shm-size") == ["64m"]  # defaults.shm_size
+    assert "--storage-opt" not in argv
+    quota = replace(plan, storage_opt={"size": "20g"})
+    argv = dryrun.docker_run_argv(quota.run_kwargs(), secret=secret)
+    assert flag_values(argv, "--storage-opt") == ["size=20g"]
 
 
 def test_secrets_are_masked(tmp_path: Path) -> None:
@@ -205,6 +218,9 @@ class _NoContainers:
 class _Engine:
     containers = _NoContainers()
 
+    def info(self) -> dict[str, object]:
+        return {"Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "extfs"]]}
+
 
 class _Guardian:
     def is_running(self) -> bool:
@@ -226,11 +242,11 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     context.__dict__["docker"] = _Engine()
     context.__dict__["guardian"] = _Guardian()
     image = projectimages.ImagePlan("api", "cloister-project-api:0123", "0123", False, ("b",), None)
-    monkeypatch.setattr(starting, "_image_plan", lambda *args: image)
+    monkeypatch.setattr(starting, "plan_image", lambda *args: image)
     monkeypatch.setattr(starting, "_image_env", lambda *args: None)
     before = sorted(str(item) for item in repo.rglob("*"))
 
-    preview = starting.preview(context, repo, starting.StartOptions(project_name="api"))
+    preview = previewing.preview(context, repo, starting.StartOptions(project_name="api"))
 
     assert sorted(str(item) for item in repo.rglob("*")) == before  # no pin, no placeholder
     assert not paths.config_dir.exists()
@@ -253,6 +269,13 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     sources = {mount["Source"] for mount in preview.plan.mounts}
     assert str(paths.data_dir / "accounts" / "api" / "passwd") in sources
     assert str(repo / ".git" / "commondir") in sources
+    assert str(paths.data_dir / "markers" / "api.json") in sources
+    # The protected paths (the defaults): named, the missing ones as stand-ins to be.
+    protected = {item["path"]: item["stand_in"] for item in document["protected"]}
+    assert protected[".devcontainer"] is False
+    assert protected[".envrc"] is True
+    assert "  .envrc *  (protect.paths)" in text
+    assert str(repo / ".vscode" / "tasks.json") in sources
 
 
 def test_url_userinfo_is_masked() -> None:

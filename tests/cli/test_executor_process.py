@@ -96,7 +96,7 @@ def test_start_is_idempotent_and_stop_ends_it(paths: CloisterPaths) -> None:
     assert state.tcp is None  # no TCP listener on Linux
     assert executor_process.running(paths) == state
     assert executor_process.start(paths) == state  # the same daemon, not a second one
-    log = paths.logs_dir / "executor.log"
+    log = paths.executor_log
     assert f"listening on {state.socket}" in log.read_text(encoding="utf-8")
 
     assert executor_process.stop(paths) is True
@@ -153,7 +153,7 @@ def test_a_daemon_that_cannot_start_is_reported(tmp_path: Path) -> None:
     paths = CloisterPaths(config_dir=tmp_path / "c", data_dir=deep)
     with pytest.raises(ExecutorError) as caught:
         executor_process.start(paths)
-    log = deep / "logs" / "executor.log"
+    log = deep / "guardian" / "executor.log"
     assert str(caught.value) == f"the host executor did not start; see {log}"
     assert log.read_text(encoding="utf-8") != ""
     with contextlib.suppress(FileNotFoundError):

@@ -149,12 +149,13 @@ def test_every_service_is_locked_down(stack: dict[str, Any], name: str) -> None:
 
 def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
     credential = paths.guardian_dir / "service.credential"
-    config, audit = str(paths.config_dir), str(paths.audit_log)
+    config, audit, logs = str(paths.config_dir), str(paths.audit_log), str(paths.logs_dir)
     services = stack["services"]
     assert volumes(services["proxy"]) == {
         "/config": f"{config}:ro",
         "/run/secrets/service.credential": f"{credential}:ro",
         "/audit/audit.log": audit,
+        "/logs": logs,
     }
     # Only the hub writes, and only the decisions; tokens and config stay read-only.
     assert volumes(services["approval"]) == {
@@ -163,6 +164,7 @@ def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
         "/run/secrets/service.credential": f"{credential}:ro",
         "/run/secrets/hub.secret": f"{paths.data_dir / 'guardian' / 'hub.secret'}:ro",
         "/audit/audit.log": audit,
+        "/logs": logs,
     }
     # Only the gateway sees the executor's socket directory, read-only.
     assert volumes(services["gateway"]) == {
@@ -170,6 +172,7 @@ def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
         "/run/cloister": f"{paths.data_dir / 'run'}:ro",
         "/run/secrets/service.credential": f"{credential}:ro",
         "/audit/audit.log": audit,
+        "/logs": logs,
     }
     # Only the credential gateway sees the stored credentials, read-only; none of the
     # others mounts anything holding them (the config dir is mounted everywhere).
@@ -177,12 +180,32 @@ def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
         "/config": f"{config}:ro",
         "/secrets": f"{paths.data_dir / 'credentials'}:ro",
         "/audit/audit.log": audit,
+        "/logs": logs,
     }
     secrets = paths.data_dir / "credentials"
     for name in SERVICES - {"credentials"}:
         for source in volumes(services[name]).values():
             host = Path(source.removesuffix(":ro"))
             assert not secrets.is_relative_to(host), (name, host)
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_every_service_writes_the_cloisters_logs(stack: dict[str, Any], name: str) -> None:
+    """Each service appends a cloister's lines to <data>/logs/<cloister>.log (read-write,
+    as the host user; nothing else of <data> but audit.log is writable)."""
+    service = stack["services"][name]
+    prefix = "CLOISTER_" + name.upper()
+    assert service["environment"][f"{prefix}_AUDIT_LOG"] == "/audit/audit.log"
+    assert service["environment"][f"{prefix}_CLOISTER_LOGS"] == "/logs"
+    (mount,) = [spec for spec in service["volumes"] if spec["target"] == "/logs"]
+    assert mount["source"].endswith("/data/logs")
+    assert not mount.get("read_only")
+
+
+def test_start_makes_the_logs_directory(paths: CloisterPaths) -> None:
+    guardian_for(paths)._ensure_files()
+    assert paths.logs_dir.is_dir()
+    assert paths.logs_dir.stat().st_mode & 0o777 == 0o700
 
 
 def test_only_the_hub_has_the_hub_secret(stack: dict[str, Any], paths: CloisterPaths) -> None:

@@ -234,6 +234,25 @@ def test_removes_cloisters_guardian_images_and_networks(
         assert f"{line}\n" in result.output
 
 
+def test_removes_the_forwarders_of_cloister_port_before_the_images(
+    env: dict[str, str], installed: FakeEngine
+) -> None:
+    for cloister, port in (("api", 8000), ("gone", 3000)):  # "gone": removed without stop
+        labels = {stack.LABEL_FORWARD: cloister, stack.LABEL_FORWARD_PORT: str(port)}
+        installed.containers.items.append(
+            FakeContainer(stack.forwarder(cloister, port), labels, installed)
+        )
+    result = run(env, "--yes")
+    assert result.exit_code == 0, result.output
+    log = installed.log
+    # Stopping a cloister removes its own; the rest go before the image they run.
+    assert log.index("rm cloister-guardian-port-api-8000") == log.index("rm cloister-api") + 1
+    assert log.index("rm cloister-guardian-port-gone-3000") < log.index("rmi cloister-proxy:latest")
+    assert "removed container cloister-guardian-port-gone-3000\n" in result.output
+    assert "network rm cloister-ports" in log
+    assert installed.containers.items == []
+
+
 def test_the_plan_is_shown_and_confirmed_first(
     env: dict[str, str], paths: CloisterPaths, installed: FakeEngine
 ) -> None:

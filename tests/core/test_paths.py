@@ -45,12 +45,19 @@ def test_well_known_files() -> None:
     assert paths.cloister_log("my-api") == Path("/d/logs/my-api.log")
     assert paths.worktree("my-api", "feature-x") == Path("/d/worktrees/my-api/feature-x")
     assert paths.compose_file == Path("/d/guardian/compose.yaml")
+    # Not in logs/, where a cloister called "executor" keeps its log.
+    assert paths.executor_log == Path("/d/guardian/executor.log")
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ""])
 def test_names_cannot_escape(name: str) -> None:
     paths = CloisterPaths(Path("/c"), Path("/d"))
-    for make in (paths.project_config, paths.project_decisions, paths.token_file):
+    for make in (
+        paths.project_config,
+        paths.project_decisions,
+        paths.token_file,
+        paths.cloister_log,
+    ):
         with pytest.raises(CloisterNameError):
             make(name)
     with pytest.raises(CloisterNameError):

@@ -85,6 +85,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         approval_credential=SecretStr(CREDENTIAL),
         approval_timeout=timedelta(seconds=2),
         audit_log=tmp_path / "audit.log",
+        cloister_logs=tmp_path / "logs",
     )
     with TestClient(create_app(settings), client=(CLOISTER_IP, 40000)) as client:
         yield {
@@ -93,6 +94,7 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "project": project,
             "hub": hub,
             "audit": tmp_path / "audit.log",
+            "logs": tmp_path / "logs",
             "daemon": daemon,
             "settings": settings,
         }
@@ -291,3 +293,25 @@ def test_a_token_from_another_address_is_refused(world: dict[str, Any]) -> None:
         "peer": "172.30.0.8",
         "reason": "token-address",
     }.items() <= (next(line for line in lines if line["event"] == "hostexec.refused").items())
+
+
+def test_the_cloisters_own_log(world: dict[str, Any]) -> None:
+    """Every line charged to the token's cloister is in its own log too; a request with
+    its token from another address is charged to nobody (audit.log only)."""
+    post(world, {"args": ["echo", "x"]})
+    post(world, {"args": ["rm", "x"]})
+    with TestClient(create_app(world["settings"]), client=("172.30.0.8", 40000)) as other:
+        headers = {"X-Cloister-Token": world["record"].secret}
+        assert other.post("/request", headers=headers, json={"args": ["true"]}).status_code == 401
+    audit = [json.loads(line) for line in world["audit"].read_text().splitlines()]
+    assert audit[-1]["event"] == "hostexec.refused"
+    own = [json.loads(line) for line in (world["logs"] / "api.log").read_text().splitlines()]
+    assert own == audit[:-1]
+    assert [(r["event"], r["cloister"]) for r in own] == [
+        ("hostexec.request", "api"),
+        ("hostexec.decision", "api"),
+        ("hostexec.complete", "api"),
+        ("hostexec.request", "api"),
+        ("hostexec.decision", "api"),
+    ]
+    assert sorted(path.name for path in world["logs"].iterdir()) == ["api.log"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from cloister_core.audit import AuditLog
 from cloister_core.gitdir import take_baseline
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import SessionRecord, read_events, write_session
@@ -237,6 +239,27 @@ async def test_an_action_is_recorded_for_every_cloister_of_the_repository(setup:
     assert {event.action for event in read_events(setup.paths, "api")} == {"removed", "paused"}
     assert {event.action for event in read_events(setup.paths, "api-side")} == {"removed", "paused"}
     assert sorted(setup.engine.paused) == ["cloister-api", "cloister-api-side"]
+
+
+@synchronous
+async def test_actions_are_audited_in_each_cloisters_own_log(setup: Setup) -> None:
+    setup.session("api")
+    logs = setup.paths.logs_dir
+    with AuditLog(setup.paths.audit_log, cloister_dir=logs) as audit:
+        guard = GitGuard(setup.paths, setup.messages.append, setup.engine, audit=audit)
+        guard.refresh()
+        (setup.repo / ".git" / "packed-refs").symlink_to(setup.secret)
+        await guard.settle()
+    lines = setup.paths.audit_log.read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["event"], r["cloister"]) for r in records] == [
+        ("guard.removed", "api"),
+        ("guard.paused", "api"),
+    ]
+    assert records[0]["path"] == str(setup.repo / ".git" / "packed-refs")
+    assert repr(str(setup.secret)) in records[0]["detail"]
+    assert (logs / "api.log").read_text(encoding="utf-8").splitlines() == lines
+    assert [event.action for event in read_events(setup.paths, "api")] == ["removed", "paused"]
 
 
 def nested_repo(parent: Path, name: str, marker: Path) -> Path:

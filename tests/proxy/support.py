@@ -123,7 +123,11 @@ class ProxyHarness:
             state = ProxyState(
                 settings.paths, own_addresses=own_addresses(), report=self.messages.append
             )
-            with AuditLog(settings.audit_log) as audit:
+            with AuditLog(
+                settings.audit_log,
+                cloister_dir=settings.cloister_logs,
+                report=self.messages.append,
+            ) as audit:
                 async with httpx.AsyncClient() as client:
                     hub = (
                         HttpApprovalHub(hub_url, settings.credential(), client) if hub_url else None

@@ -3,6 +3,7 @@ limited per address."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 from cloister_core.tokens import write_token_file
@@ -13,6 +14,7 @@ from tests.proxy.support import (
     ThreadedServer,
     connect_request,
     read_response,
+    wait_until,
 )
 
 
@@ -32,7 +34,7 @@ def test_another_cloisters_token_is_refused(
 ) -> None:
     harness.write_config(local_config(echo_server.port))
     victim = harness.add_token("victim", address="127.0.0.2")
-    harness.start()
+    harness.start(cloister_logs=harness.root / "logs")
     target = f"127.0.0.1:{echo_server.port}"
     # From the victim's own address, its token works; from anywhere else it does not.
     assert tunnel_status(harness, target, victim.secret, "127.0.0.2")[0] == 200
@@ -42,6 +44,13 @@ def test_another_cloisters_token_is_refused(
     assert line["cloister"] is None  # never audited as the victim
     assert line["peer"] == "127.0.0.3"
     assert any("victim" in message and "127.0.0.3" in message for message in harness.messages)
+    # The victim's own log has its own tunnel, not the refusal of its token elsewhere.
+    log = harness.root / "logs" / "victim.log"
+    # Written just after audit.log, by the proxy's thread.
+    wait_until(lambda: log.exists() and log.read_bytes().endswith(b"\n"), what="its log")
+    own = log.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(text)["peer"] for text in own] == ["127.0.0.2"]
+    assert json.loads(own[0])["cloister"] == "victim"
 
 
 def test_a_token_not_yet_bound_to_an_address_is_refused(

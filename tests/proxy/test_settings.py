@@ -38,7 +38,10 @@ def test_environment_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     credential = tmp_path / "credential"
     credential.write_text("s3cret\n", encoding="utf-8")
     monkeypatch.setenv("CLOISTER_PROXY_APPROVAL_CREDENTIAL_FILE", str(credential))
+    monkeypatch.setenv("CLOISTER_PROXY_CLOISTER_LOGS", "/logs")  # as the stack sets it
     settings = ProxySettings()
+    assert settings.cloister_logs == Path("/logs")
+    assert ProxySettings(_cli_parse_args=["--cloister-logs", "/x"]).cloister_logs == Path("/x")
     assert settings.listen_address == ("::", 3128)
     assert settings.idle_timeout == timedelta(seconds=90)
     assert settings.credential() == "s3cret"

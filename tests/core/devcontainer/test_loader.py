@@ -423,3 +423,11 @@ def test_a_discovered_link_inside_the_project_is_fine(workspace: Workspace) -> N
         workspace.project / "config" / "devcontainer.json"
     )
     assert find_devcontainer(workspace.project) == workspace.project / ".devcontainer.json"
+
+
+@pytest.mark.parametrize("name", ["CLOISTER", "cloister", "CLOISTER_NAME", "Cloister_Project"])
+def test_cloisters_markers_are_not_set_from_the_file(workspace: Workspace, name: str) -> None:
+    loaded = workspace.load(_IMAGE + f'"containerEnv": {{"{name}": "0"}}}}')
+    (override,) = [item for item in loaded.overrides if item.field == f"containerEnv.{name}"]
+    assert override.outcome == "ignored"
+    assert loaded.container_env == {}

@@ -22,6 +22,10 @@ from cloister_core.audit import AuditLog
 from cloister_core.suffixes import PublicSuffixes
 
 
+def _report(message: str) -> None:
+    print(f"cloister-approval: {message}", file=sys.stderr, flush=True)
+
+
 async def _watch_tokens(hub: ApprovalHub, seconds: float) -> None:
     # Requests refresh the tokens themselves; this catches a stopped cloister while
     # nobody asks, so its held items leave the open pages at once.
@@ -36,8 +40,13 @@ def create_app(settings: ApprovalSettings) -> Starlette:
     if not secret:
         raise ValueError("no hub secret: set hub_secret or hub_secret_file (not empty)")
     audit = (
-        AuditLog(settings.audit_log, stream=sys.stdout if settings.audit_stdout else None)
-        if settings.audit_log or settings.audit_stdout
+        AuditLog(
+            settings.audit_log,
+            stream=sys.stdout if settings.audit_stdout else None,
+            cloister_dir=settings.cloister_logs,
+            report=_report,
+        )
+        if settings.audit_log or settings.audit_stdout or settings.cloister_logs
         else None
     )
     hub = ApprovalHub(

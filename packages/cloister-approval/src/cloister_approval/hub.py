@@ -293,8 +293,9 @@ class ApprovalHub:
         )
         self._decisions.remember(DecisionRecord(out, saved.written))
         self._log("approval.command.decided", id=item.id, cloister=item.cloister,
-                  action=decision.action, scope=saved.scope, reason=decision.reason,
-                  command=item.command, file=out.file, warning=saved.warning)  # fmt: skip
+                  project=item.project, action=decision.action, scope=saved.scope,
+                  reason=decision.reason, command=item.command, file=out.file,
+                  warning=saved.warning)  # fmt: skip
         self._publish("command-removed", id=item.id, outcome="decided")
         self._publish("decision", decision=out.model_dump(mode="json"))
         return out
@@ -307,7 +308,9 @@ class ApprovalHub:
     async def undo(self, decision_id: str) -> DecisionOut:
         """Remove exactly the entry the decision wrote."""
         out = await self._decisions.undo(decision_id)
-        self._log("approval.decision.undone", id=decision_id, rule=out.rule, file=out.file)
+        self._log("approval.decision.undone", id=decision_id, cloister=out.cloister,
+                  project=out.project, kind=out.kind, subject=out.subject, action=out.action,
+                  scope=out.scope, rule=out.rule, file=out.file)  # fmt: skip
         self._publish("decision", decision=out.model_dump(mode="json"))
         return out
 

@@ -39,6 +39,7 @@ METAVARS = {
     "hub_secret_file": "FILE",
     "service_credential_file": "FILE",
     "audit_log": "FILE",
+    "cloister_logs": "DIR",
     "max_pending": "N",
     "recent_decisions": "N",
 }

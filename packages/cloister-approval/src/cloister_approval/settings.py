@@ -80,6 +80,10 @@ class ApprovalSettings(BaseSettings):
         default=200, ge=1, description="decisions kept for the UI and undo"
     )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
+    cloister_logs: Path | None = Field(
+        default=None,
+        description="also append each cloister's audit lines to <cloister>.log in this directory",
+    )
     audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
 
     @field_validator("public_hosts")

@@ -10,6 +10,10 @@ user so files in ``/work`` stay the user's, with every capability dropped,
   git would run code on the host the next time the human uses it is mounted read-only
   over it (:mod:`cloister_cli.gitmounts`);
 * each project ref is read-only at ``/refs/<name>``;
+* the protected paths of the configuration are read-only too, and ``/.cloister`` (with
+  ``CLOISTER=1`` and ``CLOISTER_NAME``) tells tools they run inside
+  (:mod:`cloister_cli.safeguards`);
+* a guarded ``git`` is first on PATH (:mod:`cloister_cli.inside.guardrails`);
 * never the docker socket nor a sensitive host path: a project or ref that is, holds
   or sits inside one is refused.
 
@@ -33,7 +37,9 @@ from docker.models.containers import Container
 from docker.types import Mount
 
 from cloister_cli.gitmounts import GitPlan, bind
+from cloister_cli.inside.guardrails import Guardrails
 from cloister_cli.projects import Project
+from cloister_cli.safeguards import MARKER, shm_size
 from cloister_core import stack
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.decisions import remove_session_decisions
@@ -148,6 +154,7 @@ def cloister_owned(name: str, own: Iterable[str]) -> bool:
     """Whether the variable *name* is Cloister's (or an agent's), so nothing overrides it."""
     return (
         name in own
+        or name.upper() == "CLOISTER"
         or name.upper().startswith("CLOISTER_")
         or name.lower() in _PROXY_NAMES
         or name == "HOME"
@@ -169,10 +176,13 @@ class ContainerPlan:
     tmpfs: dict[str, str] = field(default_factory=dict)
     hostname: str | None = None  # None: the cloister's name
     shm_size: str | None = None  # None: Docker's default
+    storage_opt: dict[str, str] = field(default_factory=dict)  # the disk quota, if any
     notes: tuple[str, ...] = ()  # what of the devcontainer's extras was left out, and why
 
     def run_kwargs(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"shm_size": self.shm_size} if self.shm_size else {}
+        if self.storage_opt:
+            extra["storage_opt"] = dict(self.storage_opt)
         return {
             "image": self.image,
             "command": ["sleep", "infinity"],
@@ -205,6 +215,8 @@ def environment_for(record: TokenRecord) -> dict[str, str]:
         (stack.HOSTEXEC_ALIAS, stack.PROXY_ALIAS, stack.CREDENTIALS_ALIAS, "localhost", "127.0.0.1")
     )
     return {
+        "CLOISTER": "1",  # markers: tools can tell they run inside (so is /.cloister)
+        "CLOISTER_NAME": record.cloister,
         "CLOISTER_TOKEN": record.secret,
         "CLOISTER_CLOISTER": record.cloister,
         "CLOISTER_PROJECT": record.project,
@@ -258,14 +270,21 @@ def plan(
     agent_mounts: Iterable[Mount] = (),
     accounts: tuple[Path, Path] | None = None,
     extras: Extras | None = None,
+    marker: Path | None = None,
+    storage_opt: Mapping[str, str] | None = None,
+    guardrails: Guardrails | None = None,
 ) -> ContainerPlan:
-    """What ``docker run`` gets; *git_plan* is :func:`gitmounts.plan` of the workspace.
+    """What ``docker run`` gets; *git_plan* is :func:`gitmounts.plan` of the workspace
+    (with the protected paths).
 
     *agent_environment* and *agent_mounts* come from :func:`agentstate.prepare` (the
     cloister's own variables win over them); *accounts* are the ``passwd`` and ``group``
-    files of :mod:`cloister_cli.accounts`, mounted read-only over the image's. *extras*
-    (a devcontainer's) come last and lowest: their variables never replace Cloister's,
-    and their mounts never cover one of Cloister's.
+    files of :mod:`cloister_cli.accounts`, mounted read-only over the image's; *marker*
+    is the file mounted read-only at ``/.cloister``; *storage_opt* the disk quota of
+    :func:`safeguards.storage_options`. *guardrails* put the guarded git first on PATH
+    (:mod:`cloister_cli.inside.guardrails`). *extras* (a devcontainer's) come last and
+    lowest: their variables never replace Cloister's, and their mounts never cover one
+    of Cloister's (a protected path among them).
     """
     forbidden.check(workspace.directory, "the project")
     for mount in git_plan.mounts:
@@ -278,6 +297,10 @@ def plan(
             bind(accounts[0], "/etc/passwd", read_only=True),
             bind(accounts[1], "/etc/group", read_only=True),
         ]
+    if marker is not None:
+        mounts.append(bind(marker, MARKER, read_only=True))
+    if guardrails is not None:
+        mounts += guardrails.mounts()
     uid, gid = os.getuid(), os.getgid()
     own_environment = (agent_environment or {}) | environment_for(record)
     extras = extras or Extras()
@@ -288,6 +311,10 @@ def plan(
             notes.append(f"variable {key} not set from devcontainer.json: Cloister sets it")
         else:
             environment[key] = value
+    if guardrails is not None:  # first on PATH: before the devcontainer's, else the image's
+        path = environment.get("PATH")
+        own_environment = own_environment | guardrails.environment(path)
+        notes.extend(guardrails.notes(path))
     taken = [str(mount["Target"]) for mount in mounts] + [HOME]
     for mount in extras.mounts:
         target = str(mount["Target"])
@@ -315,7 +342,8 @@ def plan(
         # A home the user owns, whatever uid the image was built with.
         tmpfs={HOME: f"uid={uid},gid={gid},mode=0700"},
         hostname=extras.hostname,
-        shm_size=extras.shm_size,
+        shm_size=shm_size(limits, extras.shm_size),
+        storage_opt=dict(storage_opt or {}),
         notes=tuple(notes),
     )
 
@@ -358,7 +386,12 @@ def create(
     try:
         container: Container = client.containers.run(**container_plan.run_kwargs())
     except (docker.errors.APIError, docker.errors.ImageNotFound) as error:
-        raise CloisterStartError(f"cannot start {container_plan.container}: {error}") from None
+        hint = ""
+        if container_plan.storage_opt and "storage" in str(error).lower():
+            hint = " (the engine cannot apply defaults.disk here: remove it from config.yaml)"
+        raise CloisterStartError(
+            f"cannot start {container_plan.container}: {error}{hint}"
+        ) from None
     try:
         container.reload()
         networks = container.attrs.get("NetworkSettings", {}).get("Networks", {})

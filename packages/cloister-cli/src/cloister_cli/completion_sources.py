@@ -94,6 +94,17 @@ def reviewable_names(ctx: click.Context, incomplete: str) -> list[CompletionItem
 
 
 @_quietly
+def logged_names(ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+    """Cloisters with a log, or a session record (stopped ones too: their log stays)."""
+    paths = _paths()
+    names = _names(paths.logs_dir, ".log") | _names(paths.sessions_dir, ".json")
+    items = {name: CompletionItem(name) for name in names}
+    with contextlib.suppress(Exception):  # no engine: the files still answer
+        items.update((item.value, item) for item in _cloisters())
+    return [items[name] for name in sorted(items)]
+
+
+@_quietly
 def project_names(ctx: click.Context, incomplete: str) -> list[CompletionItem]:
     """Projects that have a config file or decisions (what `project show` accepts)."""
     paths = _paths()

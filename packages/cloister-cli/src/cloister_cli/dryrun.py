@@ -22,7 +22,7 @@ from cloister_core.errors import CloisterError
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
-    from cloister_cli.starting import Preview
+    from cloister_cli.previewing import Preview
 
 MASK = "***"
 _SECRET_NAME = re.compile(
@@ -57,6 +57,18 @@ def _cpus(nano: int) -> str:
     return f"{nano / 1_000_000_000:.9f}".rstrip("0").rstrip(".")
 
 
+def _confinement(rest: dict[str, Any]) -> list[str]:
+    """The capability, security and storage options, taken out of *rest*."""
+    flags: list[str] = []
+    for capability in rest.pop("cap_drop", []):
+        flags += ["--cap-drop", capability]
+    for option in rest.pop("security_opt", []):
+        flags += ["--security-opt", option]
+    for key, value in rest.pop("storage_opt", {}).items():
+        flags += ["--storage-opt", f"{key}={value}"]
+    return flags
+
+
 def docker_run_argv(kwargs: Mapping[str, Any], *, secret: str = "") -> list[str]:
     """``docker run …`` equivalent to ``containers.run(**kwargs)``; secrets masked.
 
@@ -84,10 +96,7 @@ def docker_run_argv(kwargs: Mapping[str, Any], *, secret: str = "") -> list[str]
             flags += [flag, str(rest.pop(key))]
     if rest.pop("init", False):
         flags.append("--init")
-    for capability in rest.pop("cap_drop", []):
-        flags += ["--cap-drop", capability]
-    for option in rest.pop("security_opt", []):
-        flags += ["--security-opt", option]
+    flags += _confinement(rest)
     if "nano_cpus" in rest:
         flags += ["--cpus", _cpus(int(rest.pop("nano_cpus")))]
     for key, value in rest.pop("labels", {}).items():
@@ -168,6 +177,14 @@ def to_json(preview: Preview) -> dict[str, Any]:
             "changed": bool(preview.shape_difference),
             "difference": preview.shape_difference,
         },
+        "protected": [
+            {
+                "path": str(item.path.relative_to(preview.workspace.directory)),
+                "reason": item.reason,
+                "stand_in": item.stand_in,
+            }
+            for item in preview.protections
+        ],
         "notes": list(preview.notes),
         "warnings": list(preview.warnings),
         "docker_run": argv,
@@ -207,6 +224,12 @@ def render(preview: Preview) -> str:
         out += [f"  {line}" for line in preview.shape_difference.rstrip("\n").split("\n")]
     else:
         out.append("shape      as approved")
+    if preview.protections:
+        out.append("read-only  in the project (an empty stand-in where marked *):")
+        for protection in preview.protections:
+            path = protection.path.relative_to(preview.workspace.directory)
+            star = " *" if protection.stand_in else ""
+            out.append(f"  {path}{star}  ({protection.reason})")
     out += [f"note       {note}" for note in preview.notes]
     out += [f"warning    {warning}" for warning in preview.warnings]
     out += ["", f"docker run equivalent (secrets shown as {MASK}):", ""]

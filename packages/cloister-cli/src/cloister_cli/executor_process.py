@@ -1,6 +1,6 @@
 """Starting and stopping the host executor daemon (``cloister-executor serve``).
 
-It runs detached (its own session) with its output in ``<data>/logs/executor.log``;
+It runs detached (its own session) with its output in ``<data>/guardian/executor.log``;
 ``<data>/executor.json`` says which process it is. Whether it is ours is checked by
 its command line, so a stale pid that now belongs to something else is never killed.
 """
@@ -55,14 +55,14 @@ def start(paths: CloisterPaths, *, tcp: str | None = None) -> ExecutorState:
     state = running(paths)
     if state is not None:
         return state
-    paths.logs_dir.mkdir(parents=True, exist_ok=True)
+    paths.executor_log.parent.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable, "-m", "cloister_executor.main", "serve", "--background",
         "--config-dir", str(paths.config_dir), "--data-dir", str(paths.data_dir),
         *(["--tcp", tcp] if tcp else []),
     ]  # fmt: skip
     # --background: the daemon is not our child, so nothing here has to reap it later.
-    with (paths.logs_dir / "executor.log").open("ab") as log:
+    with paths.executor_log.open("ab") as log:
         launched = subprocess.run(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, check=False
         )
@@ -77,7 +77,7 @@ def start(paths: CloisterPaths, *, tcp: str | None = None) -> ExecutorState:
         time.sleep(0.05)
     if pid is not None and _is_ours(pid):
         os.kill(pid, signal.SIGKILL)
-    raise ExecutorError(f"the host executor did not start; see {paths.logs_dir / 'executor.log'}")
+    raise ExecutorError(f"the host executor did not start; see {paths.executor_log}")
 
 
 def stop(paths: CloisterPaths) -> bool:

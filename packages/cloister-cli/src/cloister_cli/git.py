@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +26,16 @@ class GitError(CloisterError):
 
 
 def _git(
-    directory: Path, *args: str, check: bool = True, hooks: bool = False
+    directory: Path,
+    *args: str,
+    check: bool = True,
+    hooks: bool = False,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``git -C directory ARGS``, hardened; *hooks* keeps the repository's hooks setting
-    (only for reading it: the hardened one points it at nothing)."""
+    (only for reading it: the hardened one points it at nothing); *env* adds variables of
+    Cloister's own (a temporary index or object directory) after the hardening."""
     program = shutil.which("git")
     if program is None:
         raise GitError("git is not installed")
@@ -39,15 +46,26 @@ def _git(
             encoding="utf-8",
             errors="surrogateescape",  # file names are bytes; the agent chooses some
             check=False,
-            env=git_environment(os.environ, hooks=hooks),
-            stdin=subprocess.DEVNULL,
+            env=git_environment(os.environ, hooks=hooks) | dict(env or {}),
             timeout=GIT_TIMEOUT,
+            **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
         )
     except subprocess.TimeoutExpired:
         raise GitError(f"git {' '.join(args)} took over {GIT_TIMEOUT:g}s in {directory}") from None
     if check and result.returncode != 0:
         raise GitError(f"git {' '.join(args)} failed in {directory}: {result.stderr.strip()}")
     return result
+
+
+def run(
+    directory: Path,
+    *args: str,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Any git command, hardened (see :func:`_git`), for the modules that need one."""
+    return _git(directory, *args, check=check, env=env, input=input)
 
 
 def toplevel(directory: Path) -> Path | None:

@@ -15,11 +15,15 @@ on the host afterwards (and to ``hostexec git``). So a cloister gets:
   would override the guard of :mod:`cloister_cli.gitguard`; when there is none, an
   empty read-only directory stands in, so git never falls back to the index's copy,
   which the agent writes), and the git directories of repositories nested in the
-  project when the cloister starts (config and hooks, or the ``.git`` file).
+  project when the cloister starts (config and hooks, or the ``.git`` file);
+* the *protected paths* of the configuration (``protect.paths``: ``.envrc``,
+  ``.vscode/tasks.json``, ``.devcontainer``, …), in a project without git too.
 
 A missing directory or include target is created empty first (a *placeholder*), so
 the agent cannot create it either; placeholders are removed when the last cloister of
-the repository stops, if still empty.
+the repository stops, if still empty. A missing protected path is an empty directory
+too, even where a file belongs: git and direnv ignore an empty directory, while an
+empty file would show as untracked (and be committed by ``git add -A`` inside).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from docker.types import Mount
 
@@ -62,6 +67,10 @@ class UnusualRepositoryError(CloisterError):
     """A git layout whose code-running files Cloister cannot keep out of reach."""
 
 
+class ProtectedPathError(CloisterError):
+    """A configured protected path that cannot be kept read-only as it is."""
+
+
 def bind(source: Path, target: PurePosixPath | Path | str, *, read_only: bool) -> Mount:
     return Mount(target=str(target), source=str(source), type="bind", read_only=read_only)
 
@@ -72,6 +81,8 @@ class Protection:
 
     path: Path
     reason: str
+    kind: Literal["git", "configured"] = "git"  # found in git's setup, or protect.paths
+    stand_in: bool = False  # it did not exist: an empty directory stands in for it
 
 
 @dataclass(slots=True)
@@ -226,7 +237,13 @@ class _TreeScan:
         return any(_inside(path, done) for done in self.already)
 
     def protect(
-        self, path: Path, reason: str, *, directory: bool = False, tell: bool = True
+        self,
+        path: Path,
+        reason: str,
+        *,
+        directory: bool = False,
+        tell: bool = True,
+        kind: Literal["git", "configured"] = "git",
     ) -> None:
         """Make *path* read-only (creating it empty when missing), if the agent could write
         it; *tell* lists it in the line ``cloister start`` prints."""
@@ -238,13 +255,18 @@ class _TreeScan:
                 f"{str(path)!r} ({reason}) is reached through a symbolic link inside the"
                 " project, which the agent could point elsewhere; make it a real path"
             )
-        if not path.exists() and self.create:
+        missing = not path.exists()
+        if missing and self.create:
             self._make(path, root, directory=directory)
+        if path in self.pinned:  # on the way to another read-only path: now read-only whole
+            self.pinned.discard(path)
+            target = str(self.container_path(path))
+            self.plan.mounts = [mount for mount in self.plan.mounts if mount["Target"] != target]
         self._pin_ancestors(path, root)
         self.already.append(path)
         self.plan.mounts.append(bind(path, self.container_path(path), read_only=True))
         if tell and _inside(path, self.worktree):
-            self.plan.protections.append(Protection(path, reason))
+            self.plan.protections.append(Protection(path, reason, kind, stand_in=missing))
 
     def _make(self, path: Path, root: Path, *, directory: bool) -> None:
         """Create *path* empty, and the directories to it; all are placeholders."""
@@ -312,8 +334,15 @@ def _repository_paths(scan: _TreeScan, worktree: Path, common: Path, home: Path)
         scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
     for framework in sorted(_hook_frameworks(hooks)):
         for name in HOOK_FRAMEWORKS[framework]:
-            if (worktree / name).exists():
-                scan.protect(worktree / name, f"your {framework} hook runs what it lists")
+            # A missing one too (an empty directory stands in): the agent would otherwise
+            # create the file your next commit's hook reads and runs.
+            exists = (worktree / name).exists()
+            scan.protect(
+                worktree / name,
+                f"your {framework} hook runs what it lists",
+                directory=not exists,
+                tell=exists,
+            )
     for include in git.includes(worktree):
         target = _include_target(include, worktree, home)
         if target is not None:
@@ -372,6 +401,39 @@ def _nested_repositories(scan: _TreeScan, nested: Sequence[Path], home: Path) ->
             _repository_paths(scan, repository, dot_git, home)
 
 
+def _check_configured(worktree: Path, protect: Sequence[str]) -> None:
+    """Refuse a protected path that cannot be mounted as it is, before anything is made."""
+    for relative in protect:
+        path = worktree / relative
+        if _through_symlink(path, worktree):
+            raise ProtectedPathError(
+                f"protected path {relative!r} is, or is reached through, a symbolic link in"
+                f" {str(worktree)!r}: the agent could point it elsewhere, and a mount would"
+                " follow it. Make it a real file or directory, or drop it with"
+                " protect.except in the project's file (projects/<project>.yaml)"
+            )
+        if path.exists() and not (path.is_file() or path.is_dir()):
+            raise ProtectedPathError(
+                f"protected path {relative!r} in {str(worktree)!r} is neither a file nor a"
+                " directory"
+            )
+
+
+def _configured_paths(scan: _TreeScan, protect: Sequence[str]) -> None:
+    """The protected paths of the configuration (relative, validated by the config
+    model), each read-only; a missing one becomes an empty directory."""
+    for relative in protect:
+        try:
+            scan.protect(
+                scan.worktree / relative, "protect.paths", directory=True, kind="configured"
+            )
+        except OSError as error:  # a directory of the project this user may not write
+            raise ProtectedPathError(
+                f"cannot make the stand-in for protected path {relative!r} in"
+                f" {str(scan.worktree)!r}: {error.strerror or error}"
+            ) from None
+
+
 # -- the plan --------------------------------------------------------------------------------
 
 
@@ -382,8 +444,10 @@ def plan(
     home: Path,
     nested: Iterable[Path] = (),
     create: bool = True,
+    protect: Sequence[str] = (),
 ) -> GitPlan:
-    """The git mounts of a cloister working in *worktree*.
+    """The git mounts of a cloister working in *worktree*, and those of the protected
+    paths *protect* (relative to *worktree*; for a project without git too).
 
     With *create* False nothing is written (no placeholder, no pin): the same mounts,
     for ``cloister start --dry-run``, naming paths that a start would create.
@@ -395,7 +459,9 @@ def plan(
     directory at its own host path, because that is what the file names.
     """
     result = GitPlan()
+    _check_configured(worktree, protect)
     if not is_git:
+        _configured_paths(_TreeScan(result, worktree, (worktree,), [], create=create), protect)
         return result
     where = git.layout(worktree)
     result.layout = where
@@ -435,5 +501,6 @@ def plan(
     _repository_paths(scan, worktree, common, home)
     _gitmodules(scan)
     _nested_repositories(scan, list(nested), home)
+    _configured_paths(scan, protect)  # after git's: a path both protect says why git's way
     result.gitlinks = git.gitlinks(worktree)
     return result

@@ -159,6 +159,8 @@ class Guardian:
             atomic_write(self.hub_secret_file, generate_secret() + "\n", mode=0o600)
         # A bind mount of a missing file would create a directory in its place.
         self.paths.audit_log.touch(mode=0o600, exist_ok=True)
+        # The cloisters' own logs: every service appends there (cloister_core.audit).
+        self.paths.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def render(self) -> Path:
         """Write ``<data>/guardian/compose.yaml`` from the template in the source tree."""
@@ -182,6 +184,7 @@ class Guardian:
             credential_file=self.credential_file,
             hub_secret_file=self.hub_secret_file,
             audit_log=self.paths.audit_log,
+            logs_dir=self.paths.logs_dir,
             ui_port=self.config.guardian.ui_port,
             credentials_dir=credentials_dir(self.paths),
             stack=stack,

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 import docker
 import docker.errors
 
-from cloister_cli import accounts, agentstate, cloisters, listing, sessions
+from cloister_cli import accounts, agentstate, cloisters, listing, ports, safeguards, sessions
 from cloister_cli.cloisters import CloisterStartError
 from cloister_cli.guardian import Guardian
 from cloister_cli.hub_client import HubClient
@@ -166,7 +166,9 @@ class StopOutcome:
 def stop(context: Context, name: str) -> StopOutcome:
     """Remove the cloister, revoke its token everywhere, and review what it left."""
     result = cloisters.stop(context.docker, context.paths, name)
+    ports.remove_all(context.docker, name)  # its published ports (`cloister port`)
     accounts.remove(context.paths, name)
+    safeguards.remove_marker(context.paths, name)
     if result.project is not None:
         agentstate.disarm(context.paths, result.project)
     # The hub and the gateway see the token file go on their own.

@@ -43,9 +43,23 @@ COMMANDS = {
     "exec": Entry(
         "cloister:exec_command", "Run a command in a running cloister, with its environment."
     ),
+    "port": Entry(
+        "port:port", "Publish a cloister's port (a dev server) on this machine's 127.0.0.1."
+    ),
     "review": Entry(
         "review:review",
         "Show what a cloister left that would run code or read outside the project.",
+    ),
+    "logs": Entry(
+        "logs:logs",
+        "Show what a cloister did: its proxy requests, hostexec commands and their decisions.",
+    ),
+    "restore": Entry(
+        "restore:restore", "Bring a repository back to how a cloister found it when it started."
+    ),
+    "gc": Entry(
+        "gc:gc",
+        "Clean up what cloisters that no longer exist left behind, and expired snapshots.",
     ),
     "setup": Entry(
         "setup:setup",

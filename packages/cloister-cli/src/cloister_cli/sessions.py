@@ -12,6 +12,7 @@ stays until ``cloister review --fix`` has dealt with it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,12 +85,20 @@ def review_target(session: SessionRecord) -> ReviewTarget:
     return ReviewTarget(Path(session.worktree), path(session.git_dir), path(session.common_dir))
 
 
-def prepare(paths: CloisterPaths, workspace: Workspace, name: str, *, home: Path) -> Prepared:
-    """Everything the host needs before the cloister's container may start."""
+def prepare(
+    paths: CloisterPaths,
+    workspace: Workspace,
+    name: str,
+    *,
+    home: Path,
+    protect: Sequence[str] = (),
+) -> Prepared:
+    """Everything the host needs before the cloister's container may start; *protect*
+    are the protected paths (:func:`gitmounts.plan`)."""
     directory = workspace.directory
     is_git = workspace.project.git
     nested = nested_git_entries(directory) if is_git else []
-    git_plan = gitmounts.plan(directory, is_git=is_git, home=home, nested=nested)
+    git_plan = gitmounts.plan(directory, is_git=is_git, home=home, nested=nested, protect=protect)
     layout = git_plan.layout
     target = ReviewTarget(
         directory, layout.git_dir if layout else None, layout.common_dir if layout else None

@@ -21,23 +21,24 @@ from cloister_cli import (
     cloisters,
     devoverrides,
     git,
-    gitmounts,
     projectimages,
     projects,
+    safeguards,
     sessions,
     shape,
+    snapshots,
 )
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
 from cloister_cli.gitmounts import GitPlan, Protection
-from cloister_cli.images import AGENT_IMAGES, is_current, source_fingerprint
+from cloister_cli.inside.guardrails import guardrails_for
 from cloister_cli.lifecycle import Context, Progress, ensure_agent_image, ensure_guardian, stop
 from cloister_cli.refs import check_refs
-from cloister_cli.review import nested_git_entries
 from cloister_core import stack
 from cloister_core.config import load_project_config
 from cloister_core.config.models import ProjectConfig
 from cloister_core.devcontainer import Devcontainer, find_devcontainer, load_devcontainer
 from cloister_core.names import cloister_name, sanitize_branch
+from cloister_core.snapshots import SnapshotError
 from cloister_core.tokens import TokenRecord
 
 # -- start -----------------------------------------------------------------------------
@@ -53,6 +54,7 @@ class StartOutcome:
     protections: tuple[Protection, ...] = ()
     devcontainer: Devcontainer | None = None  # its lifecycle commands run next
     user: str = ""  # the uid:gid the container runs as (and its commands)
+    snapshot: str | None = None  # the id of the session snapshot kept at this start
 
 
 def workspace_for(
@@ -121,7 +123,7 @@ def load_project_devcontainer(
     return loaded
 
 
-def _shape_extra(options: StartOptions) -> list[Path]:
+def shape_extra(options: StartOptions) -> list[Path]:
     return [options.devcontainer] if options.devcontainer is not None else []
 
 
@@ -166,7 +168,7 @@ def checked_devcontainer(
     return again
 
 
-def _image_plan(
+def plan_image(
     context: Context, workspace: Workspace, devcontainer: Devcontainer | None, base: str
 ) -> projectimages.ImagePlan:
     return projectimages.plan_project_image(
@@ -189,7 +191,7 @@ def ensure_image(
 ) -> projectimages.ImagePlan:
     """The image the cloister runs, built when missing: Cloister's agent image first
     when the project's image starts from it, then the project's own layers."""
-    planned = _image_plan(context, workspace, devcontainer, base)
+    planned = plan_image(context, workspace, devcontainer, base)
     if planned.base is not None:
         ensure_agent_image(context, planned.base, progress)
     return projectimages.ensure_project_image(
@@ -213,7 +215,7 @@ def _image_env(context: Context, tag: str) -> dict[str, str] | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Parts:
+class Parts:
     """What the container plan is made of besides the workspace: the same function makes
     it for a start and for a dry run, so both say the same."""
 
@@ -224,20 +226,25 @@ class _Parts:
     agent_plan: agentstate.AgentPlan
     accounts: tuple[Path, Path]
     devcontainer: Devcontainer | None
+    guards: safeguards.Safeguards
 
 
-def _container_plan(
-    context: Context, workspace: Workspace, name: str, parts: _Parts
+def plan_container(
+    context: Context, workspace: Workspace, name: str, parts: Parts
 ) -> tuple[cloisters.ContainerPlan, tuple[str, ...]]:
     """The container plan, and notes on the devcontainer extras that were left out."""
     extras: cloisters.Extras | None = None
     notes: tuple[str, ...] = ()
+    image_env = _image_env(context, parts.image)
     if parts.devcontainer is not None:
         extras, notes = devoverrides.extras_for(
             parts.devcontainer,
             project=workspace.project.name,
-            image_env=_image_env(context, parts.image),
+            image_env=image_env,
         )
+    guardrails = guardrails_for(
+        parts.project_config.git_guardrails.applied_to(context.config.git_guardrails), image_env
+    )
     plan = cloisters.plan(
         workspace,
         name,
@@ -251,11 +258,14 @@ def _container_plan(
         agent_mounts=parts.agent_plan.mounts,
         accounts=parts.accounts,
         extras=extras,
+        marker=parts.guards.marker,
+        storage_opt=parts.guards.storage_opt,
+        guardrails=guardrails,
     )
     return plan, notes + plan.notes
 
 
-def _agent_plan(
+def plan_agent(
     context: Context,
     workspace: Workspace,
     record: TokenRecord,
@@ -280,6 +290,50 @@ def _agent_plan(
         chosen=agent,
         write=write,
     )
+
+
+def _running(context: Context, workspace: Workspace, name: str) -> str | None:
+    """The container of cloister *name* when it runs for *workspace* (a dead one is
+    stopped, so that the start begins afresh); refused when another directory's."""
+    existing = cloisters.find(context.docker, name)
+    if existing is None:
+        return None
+    if existing.labels.get(stack.LABEL_PATH) != str(workspace.directory):
+        raise CloisterStartError(
+            f"cloister {name!r} already runs for {existing.labels.get(stack.LABEL_PATH)};"
+            " choose another project name with -p NAME"
+        )
+    if existing.status == "paused":
+        raise CloisterStartError(
+            f"cloister {name!r} was paused by Cloister's git guard: it planted something"
+            f" in the repository; see `cloister review {name}`, then `cloister stop {name}`"
+        )
+    if existing.status == "running" and context.paths.token_file(name).exists():
+        return existing.name or ""
+    stop(context, name)  # a dead one: start afresh
+    return None
+
+
+def keep_snapshot(
+    context: Context, workspace: Workspace, name: str, warnings: list[str]
+) -> str | None:
+    """Snapshot the repository for ``cloister restore`` (its id); a failure is a warning:
+    the cloister still starts, without an undo."""
+    settings = context.config.snapshots
+    if not workspace.project.git or not settings.enabled:
+        return None
+    try:
+        target = snapshots.Target.of(name, workspace.project.name, workspace.directory)
+        record = snapshots.take(context.paths, target, settings)
+    except (SnapshotError, git.GitError) as error:
+        warnings.append(f"{error}; `cloister restore` cannot undo this session")
+        return None
+    if record.missing:
+        warnings.append(
+            f"the snapshot of {workspace.directory} is incomplete ({len(record.missing)}"
+            " object(s) missing: the repository changed while it was read, or is damaged)"
+        )
+    return record.id
 
 
 def start(
@@ -313,21 +367,8 @@ def start(
             " changes there"
         )
     projects.register(context.paths, workspace.project)
-    existing = cloisters.find(context.docker, name)
-    if existing is not None:
-        if existing.labels.get(stack.LABEL_PATH) != str(workspace.directory):
-            raise CloisterStartError(
-                f"cloister {name!r} already runs for {existing.labels.get(stack.LABEL_PATH)};"
-                " choose another project name with -p NAME"
-            )
-        if existing.status == "paused":
-            raise CloisterStartError(
-                f"cloister {name!r} was paused by Cloister's git guard: it planted something"
-                f" in the repository; see `cloister review {name}`, then `cloister stop {name}`"
-            )
-        if existing.status == "running" and context.paths.token_file(name).exists():
-            return StartOutcome(name, existing.name or "", workspace, False, tuple(warnings))
-        stop(context, name)  # a dead one: start afresh
+    if (running := _running(context, workspace, name)) is not None:
+        return StartOutcome(name, running, workspace, False, tuple(warnings))
     root = workspace.project.root
     devcontainer = load_project_devcontainer(context, root, options)
     # Before anything is built: the agent may have changed what the build reads, here
@@ -336,7 +377,7 @@ def start(
         context.paths,
         workspace.project.name,
         root,
-        extra=[*_shape_extra(options), *build_inputs(devcontainer)],
+        extra=[*shape_extra(options), *build_inputs(devcontainer)],
         confirm=options.confirm,
         assume_yes=options.assume_yes,
     )
@@ -345,6 +386,7 @@ def start(
         devcontainer, lambda: load_project_devcontainer(context, root, quiet)
     )
     check_refs(context.paths, workspace.project, context.home)  # before minutes of building
+    snapshot = keep_snapshot(context, workspace, name, warnings)
     ensure_guardian(context, progress)
     base = options.image or context.config.defaults.image
     if devcontainer is not None and options.image:
@@ -352,7 +394,7 @@ def start(
     image = ensure_image(context, workspace, devcontainer, base, progress)
     project_config = load_project_config(context.paths, workspace.project.name)
     record = cloisters.new_token(workspace, name)
-    agent_plan = _agent_plan(context, workspace, record, project_config, options.agent, write=True)
+    agent_plan = plan_agent(context, workspace, record, project_config, options.agent, write=True)
     warnings.extend(agent_plan.warnings)
     identity = accounts.for_cloister(
         context.docker,
@@ -362,9 +404,20 @@ def start(
         cloisters.HOME,
         name=devcontainer.user if devcontainer is not None else None,
     )
-    prepared = sessions.prepare(context.paths, workspace, name, home=context.home)
+    guards = safeguards.plan(
+        context.paths, context.config, project_config, name, context.docker.info
+    )
+    warnings.extend(guards.warnings)
     try:
-        parts = _Parts(
+        prepared = sessions.prepare(
+            context.paths, workspace, name, home=context.home, protect=guards.protect
+        )
+    except BaseException:
+        accounts.remove(context.paths, name)
+        raise
+    try:
+        safeguards.write_marker(context.paths, name, workspace.project.name, workspace.branch)
+        parts = Parts(
             record,
             image.tag,
             project_config,
@@ -372,13 +425,15 @@ def start(
             agent_plan,
             identity,
             devcontainer,
+            guards,
         )
-        plan, notes = _container_plan(context, workspace, name, parts)
+        plan, notes = plan_container(context, workspace, name, parts)
         warnings.extend(notes)
         container = cloisters.create(context.docker, context.paths, plan, record)
     except BaseException:
         sessions.release(context.docker, context.paths, prepared.session, held=False)
         accounts.remove(context.paths, name)
+        safeguards.remove_marker(context.paths, name)
         raise
     shape.save_approved(context.paths, workspace.project.name, approved)
     return StartOutcome(
@@ -390,109 +445,5 @@ def start(
         tuple(prepared.git_plan.protections),
         devcontainer=devcontainer,
         user=plan.user,
+        snapshot=snapshot,
     )
-
-
-# -- the dry run -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Preview:
-    """What ``cloister start`` would do, computed without changing anything."""
-
-    name: str
-    workspace: Workspace
-    plan: cloisters.ContainerPlan
-    image: projectimages.ImagePlan
-    agent_image: str | None  # the agent image it would build first, if any
-    devcontainer: Devcontainer | None
-    shape_difference: str  # "" when the shape is what was approved
-    running: bool  # a cloister runs already: start would attach to it
-    guardian_running: bool
-    secret: str  # the token in the plan, to be masked wherever it shows
-    notes: tuple[str, ...]
-    warnings: tuple[str, ...]
-
-
-def preview(context: Context, directory: Path, options: StartOptions | None = None) -> Preview:
-    """What :func:`start` would do for *directory*, with nothing created or written.
-
-    The engine is asked about containers and images; no image is built, no worktree,
-    token, session, agent state or accounts file is written (their paths are the ones a
-    start would use), the guardian is not started and the shape is not asked about.
-    """
-    options = options or StartOptions()
-    notes: list[str] = []
-    warnings: list[str] = []
-    project = projects.identify(directory, options.project_name, allow_no_git=options.allow_no_git)
-    if options.branch is None:
-        workspace, name = Workspace(project, project.root), cloister_name(project.name)
-    else:
-        if not project.git:
-            raise CloisterStartError("-b BRANCH needs a git repository")
-        destination = context.paths.worktree(project.name, sanitize_branch(options.branch))
-        workspace = Workspace(project, destination, options.branch)
-        name = cloister_name(project.name, options.branch)
-        if not destination.exists():
-            notes.append(
-                f"the worktree {destination} would be created first; its git mounts are"
-                " known only then (not shown)"
-            )
-    existing = cloisters.find(context.docker, name)
-    running = existing is not None and existing.status == "running"
-    if running:
-        notes.append(f"cloister {name} runs already: `cloister start` would attach to it")
-    devcontainer = load_project_devcontainer(context, project.root, options)
-    old = shape.load_approved(context.paths, project.name)
-    extra = [*_shape_extra(options), *build_inputs(devcontainer)]
-    difference = shape.difference(old, shape.read_shape(project.root, extra))
-    check_refs(context.paths, project, context.home)
-    base = options.image or context.config.defaults.image
-    if devcontainer is not None and options.image:
-        warnings.append(f"--image {options.image} is not used: the devcontainer's image is")
-    image = _image_plan(context, workspace, devcontainer, base)
-    agent_image: str | None = None
-    if image.base is not None and not _agent_image_current(context, image.base):
-        agent_image = image.base
-    project_config = load_project_config(context.paths, project.name)
-    record = cloisters.new_token(workspace, name)
-    agent_plan = _agent_plan(context, workspace, record, project_config, options.agent, write=False)
-    warnings.extend(agent_plan.warnings)
-    if workspace.directory.exists():
-        nested = nested_git_entries(workspace.directory) if project.git else []
-        git_plan = gitmounts.plan(
-            workspace.directory, is_git=project.git, home=context.home, nested=nested, create=False
-        )
-    else:
-        git_plan = GitPlan()
-    parts = _Parts(
-        record,
-        image.tag,
-        project_config,
-        git_plan,
-        agent_plan,
-        accounts.files(context.paths, name),
-        devcontainer,
-    )
-    plan, extra_notes = _container_plan(context, workspace, name, parts)
-    return Preview(
-        name=name,
-        workspace=workspace,
-        plan=plan,
-        image=image,
-        agent_image=agent_image,
-        devcontainer=devcontainer,
-        shape_difference=difference,
-        running=running,
-        guardian_running=context.guardian.is_running(),
-        secret=record.secret,
-        notes=(*notes, *extra_notes),
-        warnings=tuple(warnings),
-    )
-
-
-def _agent_image_current(context: Context, image: str) -> bool:
-    spec = AGENT_IMAGES.get(image)
-    source = context.source
-    fingerprint = source_fingerprint(source, spec) if spec and source else None
-    return is_current(context.docker, image, fingerprint)

@@ -44,14 +44,13 @@ from cloister_core.paths import CloisterPaths
 IMAGES = tuple(
     spec.tag for spec in (PROXY_IMAGE, APPROVAL_IMAGE, GATEWAY_IMAGE, AGENT_IMAGE, SLIM_AGENT_IMAGE)
 )
-NETWORKS = (stack.CLOISTER_NET, stack.EGRESS_NET, stack.CONTROL_NET)
+NETWORKS = (stack.CLOISTER_NET, stack.EGRESS_NET, stack.CONTROL_NET, stack.PORTS_NET)
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 # What only Cloister puts there: one of these makes a directory look like Cloister's.
 CONFIG_MARKERS = ("config.yaml", "tokens", "projects", "decisions")
 DATA_MARKERS = (
     "executor.json",
     "audit.log",
-    "logs/executor.log",
     "git-guard.gitconfig",
     "guardian",
     "worktrees",
@@ -267,6 +266,17 @@ def _remove(kind: str, name: str, remove: Callable[[str], object]) -> Step:
     return Step(kind, name, "done", f"removed {kind} {name}")
 
 
+def remove_forwarders(client: docker.DockerClient) -> Iterator[Step]:
+    """`cloister port`'s forwarders that outlived their cloister (stopping one removes
+    its own): they would keep the proxy's image and two networks."""
+
+    def remove(name: str) -> None:
+        client.containers.get(name).remove(force=True)
+
+    for forwarder in client.containers.list(all=True, filters={"label": stack.LABEL_FORWARD}):
+        yield _remove("container", forwarder.name or forwarder.short_id, remove)
+
+
 def remove_images(client: docker.DockerClient) -> Iterator[Step]:
     for tag in IMAGES:
         yield _remove("image", tag, client.images.remove)
@@ -337,6 +347,7 @@ def uninstall(
     parts: list[Iterator[Step]] = [
         stop_cloisters(context, summary),
         stop_guardian(context),
+        remove_forwarders(client),
         remove_images(client),
         remove_networks(client),
     ]

@@ -17,6 +17,7 @@ documented in this package's README; submodules hold the details:
 ``gitargv``    the argv rules for that git
 ``gitdir``     what an agent can plant in a git directory, against a baseline
 ``sessions``   a cloister's session record and the guard's events
+``snapshots``  session snapshots: their records, pool file names and expiry
 ``audit``      the JSON-lines audit log
 """
 

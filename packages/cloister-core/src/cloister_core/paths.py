@@ -138,6 +138,7 @@ class CloisterPaths:
 
     @property
     def logs_dir(self) -> Path:
+        """The cloisters' own logs (one per cloister, written by the guardian's services)."""
         return self.data_dir / "logs"
 
     def cloister_log(self, cloister: str) -> Path:
@@ -169,6 +170,14 @@ class CloisterPaths:
         return self.data_dir / "quarantine"
 
     @property
+    def snapshots_dir(self) -> Path:
+        return self.data_dir / "snapshots"
+
+    def snapshot_dir(self, project: str) -> Path:
+        """A project's snapshots: ``objects/`` (the pool) and ``records/<id>.json``."""
+        return self.snapshots_dir / validate_name(project, what="project")
+
+    @property
     def git_guard_config(self) -> Path:
         return self.data_dir / "git-guard.gitconfig"
 
@@ -179,6 +188,11 @@ class CloisterPaths:
     @property
     def compose_file(self) -> Path:
         return self.guardian_dir / "compose.yaml"
+
+    @property
+    def executor_log(self) -> Path:
+        """The host executor's own output (not in ``logs/``: a cloister may be called so)."""
+        return self.guardian_dir / "executor.log"
 
 
 def default_config_dir() -> Path:

@@ -18,6 +18,9 @@ PROJECT = "cloister-guardian"  # the compose project; containers are <project>-<
 CLOISTER_NET = "cloister-net"  # internal: cloisters and the services they may reach
 EGRESS_NET = "cloister-egress"  # to the internet: the proxy and the credential gateway
 CONTROL_NET = "cloister-control"  # the services among themselves and the approval hub
+# Not internal (Docker publishes no port from an internal network), no IPv6, and no
+# traffic between its containers: only `cloister port`'s forwarders are on it.
+PORTS_NET = "cloister-ports"
 
 PROXY_ALIAS = f"{PROJECT}-proxy"  # on cloister-net (also the container's name)
 PROXY_PORT = 3128
@@ -37,10 +40,28 @@ LABEL_PATH = "org.cloister.path"
 LABEL_BRANCH = "org.cloister.branch"
 LABEL_GIT_COMMON_DIR = "org.cloister.git-common-dir"
 
+# `cloister port`: a forwarder container per (cloister, port), on cloister-net and the
+# ports network, publishing FORWARDER_PORT on the host's 127.0.0.1 (a forwarder is not a
+# cloister: it never carries LABEL_CLOISTER).
+FORWARDER_PORT = 9996  # where it listens, inside its own container
+LABEL_FORWARD = "org.cloister.forward"  # the cloister whose port it publishes
+LABEL_FORWARD_PORT = "org.cloister.forward.port"  # that port, in the cloister
+LABEL_FORWARD_TARGET = "org.cloister.forward.target"  # the cloister's address:port it joins
+LABEL_FORWARD_CONTAINER = "org.cloister.forward.container"  # the cloister container's id
+
 
 def container(service: str) -> str:
     """The container of a stack service: ``cloister-guardian-proxy``."""
     return f"{PROJECT}-{service}"
+
+
+def forwarder(cloister: str, port: int) -> str:
+    """The forwarder of a cloister's port: ``cloister-guardian-port-my-api-8000``.
+
+    In the guardian's namespace, which no cloister's name can enter (see above); the
+    port, which holds no ``-``, keeps the names of two (cloister, port) pairs apart.
+    """
+    return f"{PROJECT}-port-{cloister}-{port}"
 
 
 def credentials_url(agent_prefix: str) -> str:

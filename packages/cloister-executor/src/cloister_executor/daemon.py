@@ -36,6 +36,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cloister_core.audit import AuditLog
 from cloister_core.config import load_global_config
 from cloister_core.config.models import Duration, HostexecConfig
 from cloister_core.errors import CloisterError
@@ -161,12 +162,20 @@ class ExecutorDaemon:
         self._secret = ""
         self.socket_path = socket_path(self._paths)
         self.tcp_address: tuple[str, int] | None = None
+        # What the guard does goes to the audit log and the cloister's own log, as the
+        # services' lines do (links there are refused: cloister_core.audit).
+        self._audit = (
+            AuditLog(self._paths.audit_log, cloister_dir=self._paths.logs_dir, report=report)
+            if settings.guard
+            else None
+        )
         self.guard = (
             GitGuard(
                 self._paths,
                 report,
                 Engine(settings.docker_host or self._host_env.get("DOCKER_HOST")),
                 mode=lambda: self._hostexec_config().git_guard,
+                audit=self._audit,
             )
             if settings.guard
             else None
@@ -325,6 +334,8 @@ class ExecutorDaemon:
         finally:
             for listener in listeners:
                 listener.close()
+            if self._audit is not None:
+                self._audit.close()
             self.socket_path.unlink(missing_ok=True)
             with contextlib.suppress(FileNotFoundError, ValueError):
                 state = ExecutorState.model_validate_json(self._paths.executor_state.read_bytes())

@@ -104,6 +104,10 @@ class GatewaySettings(BaseSettings):
         default=16, ge=1, description="requests in flight at once from one address (429 beyond)"
     )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
+    cloister_logs: Path | None = Field(
+        default=None,
+        description="also append each cloister's audit lines to <cloister>.log in this directory",
+    )
     audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
 
     @property
@@ -412,7 +416,12 @@ async def health(request: Request) -> Response:
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
-    audit = AuditLog(settings.audit_log, stream=sys.stdout if settings.audit_stdout else None)
+    audit = AuditLog(
+        settings.audit_log,
+        stream=sys.stdout if settings.audit_stdout else None,
+        cloister_dir=settings.cloister_logs,
+        report=Gateway._report,
+    )
     executor = ExecutorClient(settings.executor, settings.executor_secret_file)
 
     @contextlib.asynccontextmanager

@@ -15,9 +15,10 @@ inotify is missing it sweeps every half second instead):
   accident: nothing is paused; the agent's next hostexec command says so).
 
 Each action is a line in the cloister's ``<cloister>.events`` file, which ``cloister
-review`` and ``cloister stop`` show. The guard narrows what a racing agent can do (one
-that plants in the instant between the human starting git and git reading the file)
-but cannot close it: only the checks around ``hostexec`` are race-free (see
+review`` and ``cloister stop`` show, and an audit line (``guard.<action>``, also in the
+cloister's own log that ``cloister logs`` shows). The guard narrows what a racing agent
+can do (one that plants in the instant between the human starting git and git reading
+the file) but cannot close it: only the checks around ``hostexec`` are race-free (see
 :mod:`cloister_executor.hostgit`).
 """
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from cloister_core import beneath
+from cloister_core.audit import AuditLog
 from cloister_core.config.models import GitGuardMode
 from cloister_core.gitdir import (
     ALTERNATES_FILES,
@@ -112,8 +114,10 @@ class GitGuard:
         *,
         use_inotify: bool = True,
         mode: Callable[[], GitGuardMode] = lambda: "pause",
+        audit: AuditLog | None = None,
     ) -> None:
         self._paths = paths
+        self._audit = audit
         self._report = report
         self._engine = engine
         self._mode = mode
@@ -194,11 +198,31 @@ class GitGuard:
 
     # -- undoing what was planted ------------------------------------------------------------
 
+    def _event(
+        self,
+        cloister: str,
+        action: GuardAction,
+        path: str,
+        detail: str,
+        *,
+        moved_to: str | None = None,
+    ) -> None:
+        """One action on *cloister*'s behalf: its events file, and the audit log."""
+        event = append_event(self._paths, cloister, action, path, detail, moved_to=moved_to)
+        if self._audit is not None:
+            self._audit.write(
+                f"guard.{action}",
+                cloister=cloister,
+                path=event.path,
+                detail=event.detail,
+                moved_to=event.moved_to,
+            )
+
     def _record(
         self, repository: _Repository, action: GuardAction, path: Path, detail: str
     ) -> None:
         for name in repository.sessions:
-            append_event(self._paths, name, action, str(path), detail)
+            self._event(name, action, str(path), detail)
         self._report(f"git guard: {action} {path}: {detail}")
 
     def _sweep(self, repository: _Repository) -> None:
@@ -302,8 +326,7 @@ class GitGuard:
             f" rebuilt from HEAD, the forged one moved to {moved}"
         )
         for name in repository.sessions:
-            append_event(
-                self._paths,
+            self._event(
                 name,
                 "rebuilt",
                 str(git_dir / "index"),
@@ -347,8 +370,7 @@ class GitGuard:
             f"a repository at gitlink {gitlink!r}, which your git would enter (and run its"
             f" configuration), moved to {destination}"
         )
-        append_event(
-            self._paths,
+        self._event(
             worktree.session.cloister,
             "quarantined",
             str(dot_git),
@@ -463,8 +485,7 @@ class GitGuard:
                 continue
             problem = await self._engine.pause(container_name(name))
             if problem is None:
-                append_event(
-                    self._paths,
+                self._event(
                     name,
                     "paused",
                     container_name(name),

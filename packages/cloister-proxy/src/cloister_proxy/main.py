@@ -48,7 +48,12 @@ async def run(settings: ProxySettings) -> None:
             loop.add_signal_handler(signum, stop.set)
     async with contextlib.AsyncExitStack() as stack:
         audit = stack.enter_context(
-            AuditLog(settings.audit_log, stream=sys.stdout if settings.audit_stdout else None)
+            AuditLog(
+                settings.audit_log,
+                stream=sys.stdout if settings.audit_stdout else None,
+                cloister_dir=settings.cloister_logs,
+                report=_report,
+            )
         )
         hub = None
         if settings.approval_url:

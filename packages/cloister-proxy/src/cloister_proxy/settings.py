@@ -88,6 +88,10 @@ class ProxySettings(BaseSettings):
         description="how often token and config files are checked for changes",
     )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
+    cloister_logs: Path | None = Field(
+        default=None,
+        description="also append each cloister's audit lines to <cloister>.log in this directory",
+    )
     audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
 
     @field_validator("listen")

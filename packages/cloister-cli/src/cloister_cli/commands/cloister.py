@@ -135,12 +135,12 @@ def start(
         outcome = starting.start(context, Path.cwd(), options, progress=progress)
     for message in outcome.warnings:
         warn(message)
-    if outcome.protections:
-        protected = "; ".join(
-            f"{item.path.relative_to(outcome.workspace.directory)} ({item.reason})"
-            for item in outcome.protections
+    _show_protections(outcome)
+    if outcome.snapshot is not None:
+        note(
+            f"snapshot {outcome.snapshot} kept: `cloister restore {outcome.name}` brings the"
+            " repository back to this start"
         )
-        note(f"read-only in the cloister, as your git runs code from it: {protected}")
     verb = "started" if outcome.created else "already running"
     note(
         f"cloister {click.style(outcome.name, bold=True)} {verb} ({outcome.container});"
@@ -163,6 +163,25 @@ def start(
     raise SystemExit(result.returncode)
 
 
+def _show_protections(outcome: StartOutcome) -> None:
+    """What is read-only in the work tree: git's code-running paths, the protected ones."""
+    where = outcome.workspace.directory
+    git_paths = [item for item in outcome.protections if item.kind == "git"]
+    configured = [item for item in outcome.protections if item.kind == "configured"]
+    if git_paths:
+        protected = "; ".join(
+            f"{item.path.relative_to(where)} ({item.reason})" for item in git_paths
+        )
+        note(f"read-only in the cloister, as your git runs code from it: {protected}")
+    if configured:
+        missing = " (none yet: cannot be created)"
+        names = ", ".join(
+            f"{item.path.relative_to(where)}{missing if item.stand_in else ''}"
+            for item in configured
+        )
+        note(f"protected paths, read-only in the cloister: {printable(names)}")
+
+
 def _show_overrides(devcontainer: Devcontainer) -> None:
     """What the devcontainer.json asked for and did not get, with the reason and line."""
     for item in devcontainer.warnings:
@@ -170,9 +189,9 @@ def _show_overrides(devcontainer: Devcontainer) -> None:
 
 
 def _dry_run(context: Context, options: LifecycleOptions, *, as_json: bool) -> None:
-    from cloister_cli import dryrun, starting  # noqa: PLC0415 - see the module docstring
+    from cloister_cli import dryrun, previewing  # noqa: PLC0415 - see the module docstring
 
-    preview = starting.preview(context, Path.cwd(), options)
+    preview = previewing.preview(context, Path.cwd(), options)
     if as_json:
         print_json(dryrun.to_json(preview))
     else:

@@ -62,6 +62,7 @@ def config_path(obj: CliContext, as_json: bool) -> None:
         "tokens_dir": str(paths.tokens_dir),
         "data_dir": str(paths.data_dir),
         "audit_log": str(paths.audit_log),
+        "logs_dir": str(paths.logs_dir),
     }
     if as_json:
         click.echo(json.dumps(listing, indent=2))

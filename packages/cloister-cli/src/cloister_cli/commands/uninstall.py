@@ -51,9 +51,10 @@ def uninstall(context: Context, purge: bool, force: bool, yes: bool, as_json: bo
     """Remove Cloister from this machine: its cloisters, guardian, images and networks.
 
     Stops every cloister as `cloister stop --all` does, then the guardian stack
-    and the host executor, and removes Cloister's images (cloister-proxy,
-    cloister-approval, cloister-gateway, cloister, cloister-slim) and networks
-    (cloister-net, cloister-egress, cloister-control). Your repositories and
+    and the host executor, and removes what is left of `cloister port`'s
+    forwarders, Cloister's images (cloister-proxy, cloister-approval,
+    cloister-gateway, cloister, cloister-slim) and networks (cloister-net,
+    cloister-egress, cloister-control, cloister-ports). Your repositories and
     their branches stay.
 
     With --purge it also removes the worktrees Cloister made from their

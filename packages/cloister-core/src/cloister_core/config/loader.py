@@ -99,12 +99,15 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[st
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return []
-        field = current.model_fields.get(str(step))
+        field = current.model_fields.get(str(step)) or next(
+            (each for each in current.model_fields.values() if each.alias == step), None
+        )
         if field is None:
             return []
         current = _unwrap(field.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
+        # As written in the file: a field named after a keyword has its alias there.
+        return [field.alias or name for name, field in current.model_fields.items()]
     return []
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -31,13 +32,13 @@ from cloister_core.hosts import normalize_host, normalize_pattern, split_host_po
 UnlistedDomainBehavior = Literal["request_approval", "reject"]
 GitGuardMode = Literal["pause", "undo"]
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(value: object) -> timedelta:
-    """``90``, ``"90"``, ``"90s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` → timedelta."""
+    """``90``, ``"90"``, ``"90s"``, ``"5m"``, ``"1h30m"``, ``"250ms"``, ``"30d"`` → timedelta."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
@@ -56,7 +57,8 @@ def parse_duration(value: object) -> timedelta:
             position = match.end()
         if not text or position != len(text):
             raise ValueError(
-                f"not a duration: {value!r} (use a number of seconds or e.g. '60s', '5m', '1h30m')"
+                f"not a duration: {value!r}"
+                " (use a number of seconds or e.g. '60s', '5m', '1h30m', '30d')"
             )
     else:
         raise ValueError(f"not a duration: {value!r}")
@@ -312,12 +314,19 @@ class DefaultsConfig(Model):
     memory: str = "8g"
     cpus: float = Field(default=2.0, gt=0, le=512)
     pids: int = Field(default=1024, ge=16)
+    # /dev/shm (Docker's default size); a devcontainer's `--shm-size` wins over it.
+    shm_size: str = "64m"
+    # A quota on what the container writes outside its mounts, where the engine's
+    # storage driver can apply one (`--storage-opt size=`); None: no quota.
+    disk: str | None = None
 
-    @field_validator("memory")
+    @field_validator("memory", "shm_size", "disk")
     @classmethod
-    def _memory(cls, value: str) -> str:
+    def _memory(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if not _MEMORY.fullmatch(value):
-            raise ValueError(f"not a memory size: {value!r} (use e.g. '8g', '512m')")
+            raise ValueError(f"not a size: {value!r} (use e.g. '8g', '512m')")
         return value.lower()
 
 
@@ -385,6 +394,154 @@ class DevcontainerConfig(Model):
         return value
 
 
+# Work-tree paths whose change runs code on the host when the human merely opens or
+# enters the project, or that shape the next cloister: direnv's .envrc, VS Code's
+# tasks (run on folder open), the devcontainer (initializeCommand runs on the host),
+# Cloister's own .cloister/, husky's hooks. Hook frameworks' configs are kept
+# read-only when their hook is installed (Cloister finds that at start).
+DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
+    ".devcontainer",
+    ".devcontainer.json",
+    ".cloister",
+    ".envrc",
+    ".vscode/tasks.json",
+    ".husky",
+)
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+def _protected_path(value: str) -> str:
+    """A plain path relative to the project's root, normalised (``a//b/`` is ``a/b``)."""
+    if not value.strip():
+        raise ValueError("a protected path must not be empty")
+    if "\0" in value or "\\" in value:
+        raise ValueError(f"not a path: {value!r} (write it with '/')")
+    if value.startswith(("/", "~")):
+        raise ValueError(f"{value!r} is absolute: write it relative to the project's root")
+    if _GLOB_CHARACTERS & set(value):
+        raise ValueError(f"{value!r} is a pattern: list each path (globs are not supported)")
+    parts = [part for part in value.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{value!r} leaves the project ('..'): write a path inside it")
+    if not parts:
+        raise ValueError(f"{value!r} is the whole project: name a path inside it")
+    if ".git" in parts:
+        raise ValueError(
+            f"{value!r} is in a git directory: Cloister keeps what git runs code from"
+            " read-only already, and git must write the rest"
+        )
+    return "/".join(parts)
+
+
+def _unique_paths(value: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(value))
+
+
+ProtectedPath = Annotated[str, AfterValidator(_protected_path)]
+ProtectedPaths = Annotated[tuple[ProtectedPath, ...], EmptyIfNull, AfterValidator(_unique_paths)]
+
+
+class ProtectConfig(Model):
+    """``protect:`` in config.yaml: paths of every project a cloister gets read-only
+    (a missing one as an empty stand-in, so the agent cannot create it either)."""
+
+    paths: ProtectedPaths = DEFAULT_PROTECTED_PATHS
+
+
+class ProjectProtectConfig(Model):
+    """``protect:`` in a project's file: ``paths`` added to the global ones, ``except``
+    dropped from them."""
+
+    paths: ProtectedPaths = ()
+    except_: ProtectedPaths = Field(default=(), alias="except")
+
+    def applied_to(self, paths: tuple[str, ...]) -> tuple[str, ...]:
+        """The global *paths* without this project's exceptions, then its own."""
+        kept = [path for path in paths if path not in self.except_]
+        return tuple(dict.fromkeys([*kept, *self.paths]))
+
+
+# Characters git refuses in a branch name, and `?`, `[`, a backslash (patterns to the
+# guardrails' shell, which matches `*` only: `release/*`).
+_BRANCH_REFUSED = re.compile(r"[\x00-\x20\x7f~^:?\[\\]")
+
+
+def _branch_pattern(value: str) -> str:
+    """A branch name or pattern (``release/*``), without a leading ``refs/heads/``."""
+    name = value.removeprefix("refs/heads/")
+    if (
+        not name
+        or _BRANCH_REFUSED.search(name)
+        or name.startswith(("-", "/", "."))
+        or name.endswith(("/", ".", ".lock"))
+        or any(part in name for part in ("..", "//", "/.", "@{"))
+    ):
+        raise ValueError(f"not a branch name: {value!r} (write e.g. 'main' or 'release/*')")
+    return name
+
+
+BranchPattern = Annotated[str, AfterValidator(_branch_pattern)]
+
+
+class GitGuardrailsConfig(Model):
+    """``git_guardrails:``: the ``git`` first on PATH in every cloister refuses skipping
+    the hooks, force pushes and deleting a protected branch."""
+
+    enabled: bool = True
+    # Branches (or patterns: `release/*`) whose deletion is refused.
+    protected_branches: Annotated[tuple[BranchPattern, ...], EmptyIfNull] = ("main", "master")
+
+
+class ProjectGitGuardrailsConfig(Model):
+    """``git_guardrails:`` in a project's file: a key it sets replaces the global one."""
+
+    enabled: bool | None = None
+    protected_branches: tuple[BranchPattern, ...] | None = None
+
+    def applied_to(self, base: GitGuardrailsConfig) -> GitGuardrailsConfig:
+        enabled = base.enabled if self.enabled is None else self.enabled
+        branches = self.protected_branches
+        return GitGuardrailsConfig(
+            enabled=enabled,
+            protected_branches=base.protected_branches if branches is None else branches,
+        )
+
+
+class SnapshotsConfig(Model):
+    """``snapshots:``: what ``cloister start`` keeps of a repository for ``cloister restore``."""
+
+    enabled: bool = True
+    # Per project, newest first; older ones expire (the newest of each cloister never
+    # expires by age: it is the undo of that cloister's last session).
+    keep: int = Field(default=10, ge=1, le=1000)
+    max_age: Duration = timedelta(days=30)
+    # Untracked files larger than this are left out of the uncommitted work kept (a
+    # dataset or a build output nobody ignored would otherwise be copied at every start).
+    untracked_file_limit: str = "10m"
+
+    @field_validator("untracked_file_limit")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if not _MEMORY.fullmatch(value):
+            raise ValueError(f"not a size: {value!r} (use e.g. '10m', '512k')")
+        return value.lower()
+
+    @property
+    def untracked_file_bytes(self) -> int:
+        return parse_size(self.untracked_file_limit)
+
+
+_SIZE_UNITS = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(value: str) -> int:
+    """``"10m"`` → 10485760 (a size already checked against ``_MEMORY``)."""
+    text = value.strip().lower()
+    unit = text[-1] if text[-1] in _SIZE_UNITS else "b"
+    number = text[:-1] if text[-1] in _SIZE_UNITS else text
+    return int(float(number) * _SIZE_UNITS[unit])
+
+
 class GlobalConfig(Model):
     """``<config>/config.yaml``."""
 
@@ -394,6 +551,9 @@ class GlobalConfig(Model):
     guardian: GuardianConfig = GuardianConfig()
     agents: AgentsConfig = AgentsConfig()
     devcontainer: DevcontainerConfig = DevcontainerConfig()
+    snapshots: SnapshotsConfig = SnapshotsConfig()
+    protect: ProtectConfig = ProtectConfig()
+    git_guardrails: GitGuardrailsConfig = GitGuardrailsConfig()
 
 
 class ProjectConfig(Model):
@@ -404,6 +564,8 @@ class ProjectConfig(Model):
     refs: Annotated[tuple[str, ...], EmptyIfNull] = ()
     proxy: ProxyRules = ProxyRules()
     hostexec: CommandRules = CommandRules()
+    protect: ProjectProtectConfig = ProjectProtectConfig()
+    git_guardrails: ProjectGitGuardrailsConfig = ProjectGitGuardrailsConfig()
 
 
 class DecisionFile(ProxyRules):

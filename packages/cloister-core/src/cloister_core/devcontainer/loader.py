@@ -54,7 +54,7 @@ _COMPOSE = (
     " its own services and networks outside the cloister's sandbox, where the proxy does"
     " not reach; use `image` or `build` (or --no-devcontainer)"
 )
-_PORTS = "the cloister has no published ports (reach its services with `cloister exec`)"
+_PORTS = "the cloister has no published ports (`cloister port NAME PORT` publishes one)"
 _LIMITS = "the limits come from `defaults:` in Cloister's config.yaml"
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\$?", re.IGNORECASE)
 _PROXY_VARIABLES = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"})
@@ -586,7 +586,8 @@ class _Reader:
                 self.note(location, raw, "kept", "unset in the cloister")
                 continue
             text = self.string(location, raw)
-            if name.upper() in _PROXY_VARIABLES or name.upper().startswith("CLOISTER_"):
+            upper = name.upper()
+            if upper in _PROXY_VARIABLES or upper == "CLOISTER" or upper.startswith("CLOISTER_"):
                 self.note(
                     location, text, "ignored", "Cloister sets it: the proxy is the only way out"
                 )

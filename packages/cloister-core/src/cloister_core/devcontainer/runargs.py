@@ -64,7 +64,7 @@ _NETWORK = (
 _MOUNT = "mounts go in `mounts`, where each is checked"
 _LIMITS = "the limits come from `defaults:` in Cloister's config.yaml"
 _RUNS = "Cloister decides how the container runs"
-_PORTS = "the cloister has no published ports (reach its services with `cloister exec`)"
+_PORTS = "the cloister has no published ports (`cloister port NAME PORT` publishes one)"
 
 # option → (outcome, why)
 _OPTIONS: dict[str, tuple[Outcome, str]] = {

@@ -32,7 +32,10 @@ async def run(settings: CredentialSettings) -> None:
             loop.add_signal_handler(signum, stop.set)
     state = CredentialState(settings.paths, settings.secrets, own_addresses(), _report)
     with AuditLog(
-        settings.audit_log, stream=sys.stdout if settings.audit_stdout else None
+        settings.audit_log,
+        stream=sys.stdout if settings.audit_stdout else None,
+        cloister_dir=settings.cloister_logs,
+        report=_report,
     ) as audit:
         gateway = CredentialGateway(settings, state, audit, _report)
         async with asyncio.TaskGroup() as tasks:

@@ -1,0 +1,126 @@
+"""``cloister gc``: clean up after cloisters that are gone."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cloister_cli.commands.output import note, print_json, warn
+from cloister_core.printable import printable
+
+if TYPE_CHECKING:
+    from cloister_cli.gc import Collected, Orphan, Survey
+    from cloister_cli.lifecycle import Context
+
+
+def _survey_json(found: Survey) -> dict[str, Any]:
+    return {
+        "dead_cloisters": found.dead,
+        "expired_snapshots": {
+            project: [record.id for record in records] for project, records in found.expired.items()
+        },
+        "scratch": [str(path) for path in found.scratch],
+        "orphan_worktrees": [
+            {"path": str(orphan.path), "project": orphan.project, "reason": orphan.reason}
+            for orphan in found.orphans
+        ],
+        "stale_port_forwarders": found.stale_ports,
+    }
+
+
+def _print_survey(found: Survey) -> None:
+    for name in found.dead:
+        click.echo(f"cloister {name}: no container, but what its stop removes is still there")
+    for project, records in found.expired.items():
+        click.echo(f"project {project}: {len(records)} expired snapshot(s)")
+    for path in found.scratch:
+        click.echo(f"an interrupted snapshot's scratch directory: {printable(str(path))}")
+    for orphan in found.orphans:
+        click.echo(f"orphan worktree {printable(str(orphan.path))}: {printable(orphan.reason)}")
+    for name in found.stale_ports:
+        click.echo(f"port forwarder {name}: its cloister is gone")
+
+
+def _print_collected(done: Collected) -> None:
+    from cloister_cli.commands.review import print_report  # noqa: PLC0415
+
+    for name, outcome in done.stopped.items():
+        click.echo(f"cleaned up after cloister {name}")
+        if outcome.review_error is not None:
+            warn(f"could not review what cloister {name} left ({outcome.review_error})")
+        if outcome.report is not None:
+            print_report(outcome.report, who=f"cloister {name}")
+    if done.snapshots or done.pool_files:
+        click.echo(
+            f"removed {done.snapshots} expired snapshot(s) and {done.pool_files} object file(s)"
+            " no snapshot needs"
+        )
+    if done.scratch:
+        click.echo(f"removed {done.scratch} interrupted snapshot directory(ies)")
+    for path in done.worktrees:
+        click.echo(f"removed orphan worktree {printable(str(path))}")
+    for name in done.forwarders:
+        click.echo(f"removed port forwarder {name} (its cloister is gone)")
+
+
+@click.command("gc")
+@click.option("-n", "--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Remove orphan worktrees without asking.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def gc(context: Context, dry_run: bool, yes: bool, as_json: bool) -> None:
+    """Clean up what cloisters that no longer exist left behind, and expired snapshots.
+
+    A cloister whose container is gone without `cloister stop` (a killed CLI,
+    `docker rm`, a reboot) leaves its token file, the commondir pin and the
+    read-only placeholders in its repository, and the git guard in its config:
+    gc stops it properly (what the agent left is reviewed, as at stop). It also
+    removes snapshots the `snapshots:` rules expire, and asks before removing a
+    worktree under <data>/worktrees whose repository is gone or forgot it (it
+    may hold the only copy of uncommitted work). Port forwarders whose
+    cloister is gone are removed.
+
+    \b
+    Examples:
+      cloister gc --dry-run
+      cloister gc
+      cloister gc --yes --json
+    """
+    from cloister_cli import gc as garbage  # noqa: PLC0415 - the docker SDK, when used
+
+    found = garbage.survey(context)
+    if dry_run:
+        if as_json:
+            print_json(_survey_json(found))
+        elif found.empty:
+            click.echo("nothing to clean up")
+        else:
+            _print_survey(found)
+        return
+    interactive = sys.stdin.isatty() and not as_json
+
+    def ask(orphan: Orphan) -> bool:
+        if yes:
+            return True
+        if not interactive:
+            note(f"kept orphan worktree {orphan.path} (--yes removes it)")
+            return False
+        return click.confirm(
+            f"remove orphan worktree {printable(str(orphan.path))} ({printable(orphan.reason)})?",
+            default=False,
+            err=True,
+        )
+
+    done = garbage.collect(context, found, remove_worktree=ask)
+    if as_json:
+        document = _survey_json(found)
+        document["removed_worktrees"] = [str(path) for path in done.worktrees]
+        document["removed_snapshots"] = done.snapshots
+        document["removed_port_forwarders"] = done.forwarders
+        print_json(document)
+    elif found.empty and not (done.pool_files or done.forwarders):
+        click.echo("nothing to clean up")
+    else:
+        _print_collected(done)

@@ -1,0 +1,209 @@
+"""``cloister gc`` as library calls: what cloisters that are gone left behind.
+
+A cloister normally ends with ``cloister stop``, which removes its token, releases
+what its start put in the repository (the ``commondir`` pin, the read-only
+placeholders, the git guard) and reviews what the agent left. A CLI killed half-way
+through a start, a container removed with ``docker rm``, or a machine that rebooted
+leaves those behind. :func:`survey` finds them, :func:`collect` removes them:
+
+* a *dead cloister* (a token file or an unfinished session record with no container)
+  is stopped as ``cloister stop`` would (:func:`cloister_cli.lifecycle.stop`, review
+  included);
+* *expired snapshots* are removed by the ``snapshots:`` rules, with pool files no kept
+  snapshot needs, and scratch directories of snapshots that were interrupted;
+* a *stale port forwarder* (``cloister port``) whose cloister is gone is removed: the
+  address it joins may be another cloister's by now;
+* an *orphan worktree* (under ``<data>/worktrees``, no cloister in it, and its
+  repository gone or no longer knowing it) is removed only when asked to: it may hold
+  the only copy of uncommitted work.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cloister_cli import cloisters, lifecycle, listing, ports
+from cloister_cli.lifecycle import Context, StopOutcome
+from cloister_cli.snapshots.pool import prune
+from cloister_cli.snapshots.take import expire_project, holding_pool
+from cloister_core import beneath
+from cloister_core.errors import CloisterNameError
+from cloister_core.names import validate_cloister_name
+from cloister_core.sessions import list_sessions
+from cloister_core.snapshots import (
+    SnapshotRecord,
+    expired,
+    needed_files,
+    pool_dir,
+    read_records,
+    unreadable_records,
+)
+
+SCRATCH_AGE_SECONDS = 3600.0  # a snapshot takes well under a second; older is abandoned
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    path: Path
+    project: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    dead: list[str] = field(default_factory=list)  # cloisters without a container
+    expired: dict[str, list[SnapshotRecord]] = field(default_factory=dict)  # by project
+    scratch: list[Path] = field(default_factory=list)
+    orphans: list[Orphan] = field(default_factory=list)
+    stale_ports: list[str] = field(default_factory=list)  # forwarders of gone cloisters
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.dead
+            or any(self.expired.values())
+            or self.scratch
+            or self.orphans
+            or self.stale_ports
+        )
+
+
+@dataclass(slots=True)
+class Collected:
+    stopped: dict[str, StopOutcome] = field(default_factory=dict)
+    snapshots: int = 0
+    pool_files: int = 0
+    scratch: int = 0
+    worktrees: list[Path] = field(default_factory=list)
+    forwarders: list[str] = field(default_factory=list)
+
+
+def _names(directory: Path, suffix: str = "") -> set[str]:
+    found: set[str] = set()
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        name = entry.name.removesuffix(suffix) if suffix else entry.name
+        if entry.name.startswith(".") or (suffix and not entry.name.endswith(suffix)):
+            continue
+        try:
+            found.add(validate_cloister_name(name))
+        except CloisterNameError:
+            continue
+    return found
+
+
+def dead_cloisters(context: Context) -> list[str]:
+    """Cloisters with a token file, an unfinished session, a marker or an accounts
+    directory (what ``stop`` removes), and no container."""
+    data = context.paths.data_dir
+    candidates = _names(context.paths.tokens_dir)
+    candidates |= {record.cloister for record in list_sessions(context.paths) if record.running}
+    candidates |= _names(data / "markers", ".json") | _names(data / "accounts")
+    return sorted(name for name in candidates if cloisters.find(context.docker, name) is None)
+
+
+def orphan_worktrees(context: Context) -> list[Orphan]:
+    """Worktrees under ``<data>/worktrees`` no cloister works in whose repository is
+    gone or does not list them any more."""
+    used = {info.path for info in listing.list_cloisters(context.docker)}
+    found = []
+    base = context.paths.worktrees_dir
+    for project in sorted(base.iterdir()) if base.is_dir() else ():
+        for directory in sorted(project.iterdir()) if project.is_dir() else ():
+            if not directory.is_dir() or directory.is_symlink() or str(directory) in used:
+                continue
+            reason = _orphaned(directory)
+            if reason is not None:
+                found.append(Orphan(directory, project.name, reason))
+    return found
+
+
+def _orphaned(worktree: Path) -> str | None:
+    """Why *worktree* no longer belongs to a repository, or None when it does."""
+    pointer = beneath.read_regular(worktree, ".git", limit=4096)
+    if pointer is None or not pointer.startswith("gitdir: "):
+        return "it has no .git file"
+    git_dir = Path(pointer.removeprefix("gitdir: ").strip())
+    if not git_dir.is_dir():
+        return f"its repository's record of it ({git_dir}) is gone"
+    back = beneath.read_regular(git_dir, "gitdir", limit=4096)
+    if back is None or Path(back.strip()) != worktree / ".git":
+        return f"{git_dir} belongs to another worktree now"
+    return None
+
+
+def _scratch(context: Context, now: float) -> list[Path]:
+    found = []
+    for directory in sorted(context.paths.snapshots_dir.glob("*/tmp/*")):
+        try:
+            if now - directory.lstat().st_mtime > SCRATCH_AGE_SECONDS:
+                found.append(directory)
+        except OSError:
+            continue
+    return found
+
+
+def survey(context: Context, *, now: datetime | None = None) -> Survey:
+    """What :func:`collect` would remove; nothing is changed."""
+    now = now or datetime.now(UTC)
+    settings = context.config.snapshots
+    expiring = {}
+    for project in sorted(path.name for path in context.paths.snapshots_dir.glob("*/")):
+        gone = expired(
+            read_records(context.paths, project),
+            keep=settings.keep,
+            max_age=settings.max_age,
+            now=now,
+        )
+        if gone:
+            expiring[project] = gone
+    return Survey(
+        dead=dead_cloisters(context),
+        expired=expiring,
+        scratch=_scratch(context, now.timestamp()),
+        orphans=orphan_worktrees(context),
+        stale_ports=[
+            forward.container
+            for forward in ports.forwards(context.docker)
+            if forward.status == "stale"
+        ],
+    )
+
+
+def collect(
+    context: Context,
+    found: Survey,
+    *,
+    remove_worktree: Callable[[Orphan], bool] = lambda orphan: False,
+) -> Collected:
+    """Remove what *found* lists; each orphan worktree only if *remove_worktree* says so."""
+    done = Collected()
+    for name in found.dead:
+        if cloisters.find(context.docker, name) is None:  # not started since the survey
+            done.stopped[name] = lifecycle.stop(context, name)
+    # After the dead cloisters' stop (which removes their forwarders): what is left belongs
+    # to a cloister removed outside Cloister, and may reach another one's address by now.
+    done.forwarders = ports.remove_stale(context.docker)
+    settings = context.config.snapshots
+    for project in sorted(path.name for path in context.paths.snapshots_dir.glob("*/")):
+        done.snapshots += len(expire_project(context.paths, project, settings))
+        with holding_pool(context.paths, project):
+            if unreadable_records(context.paths, project):
+                continue  # a record this Cloister cannot read may need any pool file
+            kept = needed_files(read_records(context.paths, project))
+            done.pool_files += prune(pool_dir(context.paths, project), kept)
+    for directory in found.scratch:
+        shutil.rmtree(directory, ignore_errors=True)
+        done.scratch += 1
+    for orphan in found.orphans:
+        if remove_worktree(orphan):
+            shutil.rmtree(orphan.path)
+            done.worktrees.append(orphan.path)
+    return done

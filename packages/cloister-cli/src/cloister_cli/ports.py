@@ -1,0 +1,464 @@
+"""``cloister port``: a cloister's port on the host's 127.0.0.1, and no route out.
+
+A cloister is on cloister-net only, which is internal: Docker publishes no port from
+it. A port is published through a *forwarder*: a container of its own
+(:func:`cloister_core.stack.forwarder`) running :mod:`cloister_proxy.forwarder` in the
+proxy's image, attached to cloister-net and to the ports network
+(:data:`~cloister_core.stack.PORTS_NET`: a bridge that is not internal, without IPv6
+and without traffic between its containers), whose port Docker publishes on the host's
+127.0.0.1 only. The forwarder listens on its ports-network address alone and joins
+each connection to the cloister's address on cloister-net (taken from the engine when
+the port is published, never a name the agent could answer for) and that port.
+
+So the cloister gains no route: it has no way onto the ports network (cloister-net
+gives it no gateway, and it holds no capability to add a route or forge a frame), and
+the forwarder does not listen on cloister-net. Another cloister gains nothing it did
+not have (cloisters reach each other on cloister-net anyway). The forwarder is hardened
+like the guardian's services: read-only, every capability dropped, no-new-privileges,
+the host user's uid, an init, small pid and memory limits, a bounded log.
+
+``cloister stop`` removes a cloister's forwarders (:func:`remove_all`), and so does
+``cloister uninstall``. One whose cloister went without ``cloister stop`` is listed as
+stale and replaced when that cloister's port is published again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import LogConfig
+
+from cloister_cli import cloisters
+from cloister_core import stack
+from cloister_core.errors import CloisterError
+
+HOST_ADDRESS = "127.0.0.1"
+MODULE = "cloister_proxy.forwarder"
+PORTS_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
+READY_TIMEOUT = 15.0
+READY_MARKER = b"listening on"
+MEMORY = "64m"
+PIDS = 16
+NANO_CPUS = 1_000_000_000
+LOG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "1m", "max-file": "1"})
+_TAKEN = ("port is already allocated", "address already in use")
+
+
+class PortError(CloisterError):
+    """A port cannot be published, listed or removed as asked."""
+
+
+# -- PORT[:HOSTPORT] -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    port: int  # in the cloister
+    given: int | None = None  # HOSTPORT as given; 0: a free one, chosen by the engine
+
+    @property
+    def host_port(self) -> int:
+        """Where a new forward goes: HOSTPORT, else PORT."""
+        return self.port if self.given is None else self.given
+
+    def accepts(self, host_port: int) -> bool:
+        """Whether a forward already on *host_port* is what was asked for."""
+        return self.given in (None, 0, host_port)
+
+
+def _number(text: str, what: str, low: int) -> int:
+    if not text.isascii() or not text.isdigit() or not low <= int(text) <= 65535:
+        raise PortError(f"{what} must be a number from {low} to 65535, not {text!r}")
+    return int(text)
+
+
+def parse_port(text: str) -> int:
+    return _number(text, "PORT", 1)
+
+
+def parse_spec(text: str) -> PortSpec:
+    """``8000`` → 8000 on 8000; ``8000:3000`` → 8000 on 3000; ``8000:0`` → any free one."""
+    port, separator, host_port = text.partition(":")
+    return PortSpec(parse_port(port), _number(host_port, "HOSTPORT", 0) if separator else None)
+
+
+# -- what a forwarder is ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ForwarderPlan:
+    """Everything ``docker create`` gets for one forwarder (pure data, easy to inspect)."""
+
+    cloister: str
+    cloister_id: str  # the cloister's container: a later one of that name is another
+    address: str  # the cloister's address on cloister-net
+    spec: PortSpec
+    gateway: str  # the ports network's: the forwarder listens on its address toward it
+    image: str
+    user: str
+
+    @property
+    def container(self) -> str:
+        return stack.forwarder(self.cloister, self.spec.port)
+
+    @property
+    def target(self) -> str:
+        return f"{self.address}:{self.spec.port}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            stack.LABEL_FORWARD: self.cloister,
+            stack.LABEL_FORWARD_PORT: str(self.spec.port),
+            stack.LABEL_FORWARD_TARGET: self.target,
+            stack.LABEL_FORWARD_CONTAINER: self.cloister_id,
+        }
+
+    def create_kwargs(self) -> dict[str, Any]:
+        listen = str(stack.FORWARDER_PORT)
+        return {
+            "image": self.image,
+            "entrypoint": ["python3", "-m", MODULE],
+            "command": ["--target", self.target, "--via", self.gateway, "--listen-port", listen],
+            "name": self.container,
+            "user": self.user,
+            "labels": self.labels,
+            # Created here; cloister-net is connected before it starts (see publish).
+            "network": stack.PORTS_NET,
+            "ports": {f"{listen}/tcp": (HOST_ADDRESS, self.spec.host_port or None)},
+            "read_only": True,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"],
+            "init": True,
+            "mem_limit": MEMORY,
+            "pids_limit": PIDS,
+            "nano_cpus": NANO_CPUS,
+            "healthcheck": {"test": ["NONE"]},  # the image's own is the proxy's
+            "log_config": LOG,
+        }
+
+
+def plan(
+    cloister: Container, name: str, spec: PortSpec, *, gateway: str, image: str
+) -> ForwarderPlan:
+    """The forwarder of *spec* for the running container *cloister* of cloister *name*."""
+    networks = cloister.attrs.get("NetworkSettings", {}).get("Networks", {})
+    address = (networks.get(stack.CLOISTER_NET) or {}).get("IPAddress")
+    try:
+        address = str(ipaddress.IPv4Address(address or ""))
+    except ValueError:
+        raise PortError(f"cloister {name!r} has no address on {stack.CLOISTER_NET}") from None
+    return ForwarderPlan(
+        cloister=name,
+        cloister_id=str(cloister.id),
+        address=address,
+        spec=spec,
+        gateway=gateway,
+        image=image,
+        user=f"{os.getuid()}:{os.getgid()}",
+    )
+
+
+# -- what is published -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """One published port, as ``port --list`` shows it."""
+
+    cloister: str
+    port: int
+    host_port: int | None  # None: not published now (the forwarder does not run)
+    status: str  # the forwarder's (running, exited, …), or stale: its cloister is gone
+    container: str
+
+    @property
+    def host(self) -> str | None:
+        return f"{HOST_ADDRESS}:{self.host_port}" if self.host_port is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cloister": self.cloister,
+            "port": self.port,
+            "host": self.host,
+            "host_port": self.host_port,
+            "status": self.status,
+            "container": self.container,
+        }
+
+
+def _host_port(container: Container) -> int | None:
+    bindings = (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(
+        f"{stack.FORWARDER_PORT}/tcp"
+    ) or []
+    for binding in bindings:
+        if binding.get("HostIp") == HOST_ADDRESS and str(binding.get("HostPort", "")).isdigit():
+            return int(binding["HostPort"])
+    return None
+
+
+def _is_current(forwarder: Container, cloister: Container | None) -> bool:
+    """Whether *forwarder* still serves *cloister* (the container of its name now)."""
+    return (
+        cloister is not None and forwarder.labels.get(stack.LABEL_FORWARD_CONTAINER) == cloister.id
+    )
+
+
+def _forward(forwarder: Container, cloister: Container | None) -> Forward:
+    labels = forwarder.labels
+    running = forwarder.status == "running"
+    return Forward(
+        cloister=labels.get(stack.LABEL_FORWARD, ""),
+        port=int(labels.get(stack.LABEL_FORWARD_PORT, "0")),
+        host_port=_host_port(forwarder) if running else None,
+        status=forwarder.status if _is_current(forwarder, cloister) else "stale",
+        container=forwarder.name or forwarder.short_id,
+    )
+
+
+def _forwarders(client: docker.DockerClient, name: str | None) -> list[Container]:
+    label = stack.LABEL_FORWARD if name is None else f"{stack.LABEL_FORWARD}={name}"
+    found: list[Container] = client.containers.list(all=True, filters={"label": label})
+    return found
+
+
+def forwards(client: docker.DockerClient, name: str | None = None) -> list[Forward]:
+    """The ports published for cloister *name* (None: for every cloister)."""
+    found: dict[str, Container | None] = {}
+    listed = []
+    for forwarder in _forwarders(client, name):
+        owner = forwarder.labels.get(stack.LABEL_FORWARD, "")
+        if owner not in found:
+            found[owner] = cloisters.find(client, owner)
+        listed.append(_forward(forwarder, found[owner]))
+    return sorted(listed, key=lambda forward: (forward.cloister, forward.port))
+
+
+# -- publishing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    forward: Forward
+    created: bool  # False: it was published already
+
+
+def running_cloister(client: docker.DockerClient, name: str) -> Container:
+    container = cloisters.find(client, name)
+    if container is None:
+        raise PortError(f"no cloister {name!r} (`cloister list`)")
+    if container.status == "paused":
+        raise PortError(
+            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
+        )
+    if container.status != "running":
+        raise PortError(
+            f"cloister {name!r} is {container.status}; `cloister start` in its directory"
+        )
+    return container
+
+
+def is_ports_network(attrs: dict[str, Any]) -> bool:
+    """The ports network as Cloister makes it (see :data:`stack.PORTS_NET`)."""
+    options = attrs.get("Options") or {}
+    return (
+        attrs.get("Driver") == "bridge"
+        and not attrs.get("Internal")
+        and not attrs.get("EnableIPv6")
+        and options.get("com.docker.network.bridge.enable_icc") == "false"
+    )
+
+
+def _gateway(attrs: dict[str, Any]) -> str | None:
+    for pool in (attrs.get("IPAM") or {}).get("Config") or []:
+        with contextlib.suppress(ValueError):
+            return str(ipaddress.IPv4Address(pool.get("Gateway") or ""))
+    return None
+
+
+def ensure_network(client: docker.DockerClient) -> str:
+    """Create the ports network if it is missing; its gateway's address."""
+    try:
+        network = client.networks.get(stack.PORTS_NET)
+    except docker.errors.NotFound:
+        try:
+            client.networks.create(
+                stack.PORTS_NET,
+                driver="bridge",
+                internal=False,
+                options=PORTS_OPTIONS,
+                enable_ipv6=False,
+                check_duplicate=True,
+                labels={stack.LABEL_GUARDIAN: "true"},
+            )
+        except docker.errors.APIError as error:
+            problem = str(error.explanation or error)  # a concurrent `cloister port` made it?
+        else:
+            problem = "it is gone again"
+        try:
+            network = client.networks.get(stack.PORTS_NET)
+        except docker.errors.NotFound:
+            raise PortError(f"cannot create network {stack.PORTS_NET!r}: {problem}") from None
+    gateway = _gateway(network.attrs)
+    if not is_ports_network(network.attrs) or gateway is None:
+        raise PortError(
+            f"network {stack.PORTS_NET!r} exists but is not Cloister's (a bridge, not internal,"
+            " without IPv6 or traffic between its containers, with an IPv4 gateway); remove it"
+            f" (`docker network rm {stack.PORTS_NET}`) and try again"
+        )
+    return gateway
+
+
+def _existing(client: docker.DockerClient, name: str, port: int) -> Container | None:
+    try:
+        container: Container = client.containers.get(stack.forwarder(name, port))
+    except docker.errors.NotFound:
+        return None
+    if container.labels.get(stack.LABEL_FORWARD) != name:
+        raise PortError(f"container {container.name} exists and is not this port's forwarder")
+    return container
+
+
+def _remove_quietly(container: Container) -> None:
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True)
+
+
+def _taken(client: docker.DockerClient, name: str, spec: PortSpec) -> PortError:
+    holder = next(
+        (each for each in forwards(client) if each.host_port == spec.host_port),
+        None,
+    )
+    who = (
+        f"port {holder.port} of cloister {holder.cloister}"
+        if holder is not None
+        else "another program"
+    )
+    return PortError(
+        f"port {spec.host_port} on {HOST_ADDRESS} is taken by {who}; choose another:"
+        f" `cloister port {name} {spec.port}:HOSTPORT` (`{spec.port}:0` picks a free one)"
+    )
+
+
+def _wait_ready(container: Container, image: str) -> None:
+    """Until the forwarder says it listens; a clear error if it exits instead."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        container.reload()
+        logs: bytes = container.logs(stdout=True, stderr=True, tail=20)
+        if READY_MARKER in logs:
+            return
+        if container.status in ("exited", "dead"):
+            text = logs.decode(errors="replace").strip()
+            if "No module named" in text and MODULE in text:
+                raise PortError(
+                    f"the image {image} was built before `cloister port` existed;"
+                    " `cloister guardian start --build` rebuilds it"
+                )
+            raise PortError(f"the forwarder {container.name} exited: {text}")
+        if time.monotonic() > deadline:
+            raise PortError(
+                f"the forwarder {container.name} did not start within {READY_TIMEOUT:g}s;"
+                f" `docker logs {container.name}` says why"
+            )
+        time.sleep(0.05)
+
+
+def publish(client: docker.DockerClient, name: str, spec: PortSpec, *, image: str) -> Published:
+    """Publish port *spec.port* of the running cloister *name* on the host's 127.0.0.1.
+
+    Publishing a port again answers with the forward there is, unless another HOSTPORT
+    was given (0 is any); then it is an error.
+    """
+    cloister = running_cloister(client, name)
+    for forwarder in _forwarders(client, name):
+        if not _is_current(forwarder, cloister):  # left by an earlier cloister of this name
+            _remove_quietly(forwarder)
+    current = _existing(client, name, spec.port)
+    if current is not None:
+        existing = _forward(current, cloister)
+        if existing.status != "running" or existing.host_port is None:
+            _remove_quietly(current)  # exited (the engine restarted, say): made anew
+        elif spec.accepts(existing.host_port):
+            return Published(existing, created=False)
+        else:
+            raise PortError(
+                f"port {spec.port} of cloister {name!r} is already published on {existing.host};"
+                f" `cloister port {name} {spec.port} --remove` first"
+            )
+    forwarder_plan = plan(cloister, name, spec, gateway=ensure_network(client), image=image)
+    try:
+        container: Container = client.containers.create(**forwarder_plan.create_kwargs())
+    except docker.errors.ImageNotFound:
+        raise PortError(
+            f"the image {image} is not on this machine; `cloister guardian start` builds it"
+        ) from None
+    except docker.errors.APIError as error:  # a concurrent `cloister port` of this port?
+        raise PortError(
+            f"cannot create {forwarder_plan.container}: {error.explanation or error}"
+        ) from None
+    try:
+        client.networks.get(stack.CLOISTER_NET).connect(container)
+        container.start()
+        _wait_ready(container, image)
+    except docker.errors.APIError as error:
+        _remove_quietly(container)
+        detail = str(error.explanation or error)
+        if any(marker in detail for marker in _TAKEN):
+            raise _taken(client, name, spec) from None
+        raise PortError(f"cannot start {forwarder_plan.container}: {detail}") from None
+    except BaseException:
+        _remove_quietly(container)
+        raise
+    return Published(_forward(container, cloister), created=True)
+
+
+# -- removing ----------------------------------------------------------------------------------
+
+
+def remove(client: docker.DockerClient, name: str, port: int) -> Forward:
+    """Stop publishing port *port* of cloister *name*; what was published."""
+    for forwarder in _forwarders(client, name):
+        if forwarder.labels.get(stack.LABEL_FORWARD_PORT) == str(port):
+            forward = _forward(forwarder, cloisters.find(client, name))
+            _remove_quietly(forwarder)
+            return forward
+    raise PortError(f"cloister {name!r} publishes no port {port} (`cloister port {name} --list`)")
+
+
+def remove_all(client: docker.DockerClient, name: str | None) -> list[str]:
+    """Remove the forwarders of cloister *name* (None: every one); their names.
+
+    Never raises for one that cannot be removed: ``cloister stop`` must go on. What
+    stays is listed as stale, and replaced when that port is published again.
+    """
+    removed = []
+    for forwarder in _forwarders(client, name):
+        with contextlib.suppress(docker.errors.APIError):  # NotFound too
+            forwarder.remove(force=True)
+            removed.append(forwarder.name or forwarder.short_id)
+    return removed
+
+
+def remove_stale(client: docker.DockerClient) -> list[str]:
+    """Remove the forwarders whose cloister is gone (or is another container now); their
+    names. For ``cloister gc``: the address they join may be another cloister's by now."""
+    found: dict[str, Container | None] = {}
+    removed = []
+    for forwarder in _forwarders(client, None):
+        owner = forwarder.labels.get(stack.LABEL_FORWARD, "")
+        if owner not in found:
+            found[owner] = cloisters.find(client, owner)
+        if not _is_current(forwarder, found[owner]):
+            with contextlib.suppress(docker.errors.APIError):
+                forwarder.remove(force=True)
+                removed.append(forwarder.name or forwarder.short_id)
+    return removed

@@ -1,0 +1,148 @@
+"""``cloister start --dry-run``, computed: what a start would do, with nothing written.
+
+:func:`preview` makes the same container plan as :func:`cloister_cli.starting.start`
+(from the same functions), so the two cannot say different things;
+:mod:`cloister_cli.dryrun` renders it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cloister_cli import (
+    accounts,
+    cloisters,
+    gitmounts,
+    projectimages,
+    projects,
+    safeguards,
+    shape,
+    starting,
+)
+from cloister_cli.cloisters import CloisterStartError, Workspace
+from cloister_cli.gitmounts import GitPlan, Protection
+from cloister_cli.images import AGENT_IMAGES, is_current, source_fingerprint
+from cloister_cli.lifecycle import Context
+from cloister_cli.refs import check_refs
+from cloister_cli.review import nested_git_entries
+from cloister_cli.starting import StartOptions, build_inputs, load_project_devcontainer
+from cloister_core.config import load_project_config
+from cloister_core.devcontainer import Devcontainer
+from cloister_core.names import cloister_name, sanitize_branch
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """What ``cloister start`` would do, computed without changing anything."""
+
+    name: str
+    workspace: Workspace
+    plan: cloisters.ContainerPlan
+    image: projectimages.ImagePlan
+    agent_image: str | None  # the agent image it would build first, if any
+    devcontainer: Devcontainer | None
+    shape_difference: str  # "" when the shape is what was approved
+    running: bool  # a cloister runs already: start would attach to it
+    guardian_running: bool
+    secret: str  # the token in the plan, to be masked wherever it shows
+    notes: tuple[str, ...]
+    warnings: tuple[str, ...]
+    protections: tuple[Protection, ...] = ()  # what would be read-only in the work tree
+
+
+def preview(context: Context, directory: Path, options: StartOptions | None = None) -> Preview:
+    """What :func:`~cloister_cli.starting.start` would do for *directory*, writing nothing.
+
+    The engine is asked about containers and images; no image is built, no worktree,
+    token, session, agent state or accounts file is written (their paths are the ones a
+    start would use), the guardian is not started and the shape is not asked about.
+    """
+    options = options or StartOptions()
+    notes: list[str] = []
+    warnings: list[str] = []
+    project = projects.identify(directory, options.project_name, allow_no_git=options.allow_no_git)
+    if options.branch is None:
+        workspace, name = Workspace(project, project.root), cloister_name(project.name)
+    else:
+        if not project.git:
+            raise CloisterStartError("-b BRANCH needs a git repository")
+        destination = context.paths.worktree(project.name, sanitize_branch(options.branch))
+        workspace = Workspace(project, destination, options.branch)
+        name = cloister_name(project.name, options.branch)
+        if not destination.exists():
+            notes.append(
+                f"the worktree {destination} would be created first; its git mounts are"
+                " known only then (not shown)"
+            )
+    existing = cloisters.find(context.docker, name)
+    running = existing is not None and existing.status == "running"
+    if running:
+        notes.append(f"cloister {name} runs already: `cloister start` would attach to it")
+    devcontainer = load_project_devcontainer(context, project.root, options)
+    old = shape.load_approved(context.paths, project.name)
+    extra = [*starting.shape_extra(options), *build_inputs(devcontainer)]
+    difference = shape.difference(old, shape.read_shape(project.root, extra))
+    check_refs(context.paths, project, context.home)
+    base = options.image or context.config.defaults.image
+    if devcontainer is not None and options.image:
+        warnings.append(f"--image {options.image} is not used: the devcontainer's image is")
+    image = starting.plan_image(context, workspace, devcontainer, base)
+    agent_image: str | None = None
+    if image.base is not None and not _agent_image_current(context, image.base):
+        agent_image = image.base
+    project_config = load_project_config(context.paths, project.name)
+    record = cloisters.new_token(workspace, name)
+    agent_plan = starting.plan_agent(
+        context, workspace, record, project_config, options.agent, write=False
+    )
+    warnings.extend(agent_plan.warnings)
+    guards = safeguards.plan(
+        context.paths, context.config, project_config, name, context.docker.info
+    )
+    warnings.extend(guards.warnings)
+    if workspace.directory.exists():
+        nested = nested_git_entries(workspace.directory) if project.git else []
+        git_plan = gitmounts.plan(
+            workspace.directory,
+            is_git=project.git,
+            home=context.home,
+            nested=nested,
+            create=False,
+            protect=guards.protect,
+        )
+    else:
+        git_plan = GitPlan()
+    parts = starting.Parts(
+        record,
+        image.tag,
+        project_config,
+        git_plan,
+        agent_plan,
+        accounts.files(context.paths, name),
+        devcontainer,
+        guards,
+    )
+    plan, extra_notes = starting.plan_container(context, workspace, name, parts)
+    return Preview(
+        name=name,
+        workspace=workspace,
+        plan=plan,
+        image=image,
+        agent_image=agent_image,
+        devcontainer=devcontainer,
+        shape_difference=difference,
+        running=running,
+        guardian_running=context.guardian.is_running(),
+        secret=record.secret,
+        notes=(*notes, *extra_notes),
+        warnings=tuple(warnings),
+        protections=tuple(git_plan.protections),
+    )
+
+
+def _agent_image_current(context: Context, image: str) -> bool:
+    spec = AGENT_IMAGES.get(image)
+    source = context.source
+    fingerprint = source_fingerprint(source, spec) if spec and source else None
+    return is_current(context.docker, image, fingerprint)
