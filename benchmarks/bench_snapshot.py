@@ -15,8 +15,15 @@ Compared with copying the objects (``git clone --mirror --no-hardlinks``), which
 what an independent copy costs without links. Targets: at most 0.5 s added to a start,
 at most 5 MB of new disk.
 
+``--cli N`` also times the real ``cloister start -d`` in that repository (until ``docker
+exec`` works; the small ``cloister-slim`` image, a guardian started first and stopped at
+the end), N times with snapshots on and N times with ``snapshots.enabled: false``, and
+reports the difference. It needs the Docker engine and the guardian; do not run it while
+a guardian or the acceptance tests run.
+
     uv run python benchmarks/bench_snapshot.py
     uv run python benchmarks/bench_snapshot.py --commits 2000 --megabytes 40 --runs 3 --json
+    uv run python benchmarks/bench_snapshot.py --cli 5
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_cli import Cli, bench_cloister_start, cleanup
 from benchsupport import executable
 from cloister_cli.snapshots import Target, take
 from cloister_core.config.models import SnapshotsConfig
@@ -131,12 +139,48 @@ def measure(root: Path, repository: Path, runs: int) -> dict[str, Any]:
     }
 
 
+CLI_CONFIG = """\
+defaults:
+  image: cloister-slim:latest
+  memory: 1g
+snapshots:
+  enabled: {enabled}
+"""
+
+
+def measure_cli(root: Path, repository: Path, runs: int) -> dict[str, Any]:
+    """``cloister start -d`` with snapshots on and off, in *repository* (project "repo")."""
+    cli = Cli(root / "cli", executable("cloister"), executable("docker"))
+    config = cli.root / "config" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(CLI_CONFIG.format(enabled="true"), encoding="utf-8")
+    try:
+        cli.run("guardian", "start", timeout=1800)
+        cli.run("start", "-d", cwd=repository)  # warm-up: images, the pool's first fill
+        cli.run("stop", "repo")
+        timings: dict[str, list[float]] = {"true": [], "false": []}
+        for _ in range(runs):  # alternated, so that a busy moment costs both alike
+            for enabled, found in timings.items():
+                config.write_text(CLI_CONFIG.format(enabled=enabled), encoding="utf-8")
+                found.extend(bench_cloister_start(cli, repository, "repo", 1)["seconds"])
+    finally:
+        cleanup(cli, "repo")
+    on, off = statistics.median(timings["true"]), statistics.median(timings["false"])
+    return {
+        "start_with_snapshots_seconds": on,
+        "start_without_snapshots_seconds": off,
+        "start_added_seconds": on - off,
+        "start_runs": runs,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--commits", type=int, default=10_000)
     parser.add_argument("--megabytes", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cli", type=int, default=0, metavar="N", help="also time start -d")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cloister-bench-snapshot-") as scratch:
         root = Path(scratch)
@@ -146,6 +190,8 @@ def main() -> int:
         built = time.perf_counter() - started
         result = measure(root, repository, options.runs)
         result |= {"commits": options.commits, "build_seconds": built}
+        if options.cli:
+            result |= measure_cli(root, repository, options.cli)
         shutil.rmtree(repository)
     worst = max(result["first_seconds"], result["again_seconds"], result["after_gc_seconds"])
     worst_disk = max(
@@ -169,6 +215,13 @@ def main() -> int:
             f"a full copy (clone --mirror --no-hardlinks): {result['copy_seconds'] * 1000:.0f} ms,"
             f" {result['copy_bytes'] / mb:.0f} MB"
         )
+        if options.cli:
+            print(
+                f"cloister start -d (median of {options.cli}):"
+                f" {result['start_with_snapshots_seconds']:.3f} s with snapshots,"
+                f" {result['start_without_snapshots_seconds']:.3f} s without:"
+                f" {result['start_added_seconds'] * 1000:+.0f} ms"
+            )
         print(
             f"targets: <= {TIME_TARGET_SECONDS} s and <= {DISK_TARGET_BYTES // mb} MB:"
             f" {'met' if result['within_targets'] else 'MISSED'}"

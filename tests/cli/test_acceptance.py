@@ -464,6 +464,8 @@ def test_container_is_hardened_as_configured(
         "/work/.git/commondir": (str(gitdir / "commondir"), False),
         "/work/.git/remotes": (str(gitdir / "remotes"), False),
         "/work/.git/branches": (str(gitdir / "branches"), False),
+        "/work/.git/worktrees": (str(gitdir / "worktrees"), False),
+        "/work/.git/modules": (str(gitdir / "modules"), False),
         "/work/.gitmodules": (str(repo.resolve() / ".gitmodules"), False),
         # The protected paths (the defaults; missing here: empty stand-ins), and the
         # directory on the way to one, a mount point of its own.

@@ -120,8 +120,8 @@ def assert_refused(name: str, script: str, command: str, why: str) -> None:
     assert result.returncode == REFUSED, result.describe()
     assert result.stderr.splitlines() == [
         f"cloister: the git guardrails refused `git {command}`: {why}.",
-        f'cloister: to do it anyway, run it on the host: git -C "$(cloister path {name})"'
-        f" {command}",
+        "cloister: to do it anyway, run it on the host:",
+        f'  git -C "$(cloister path {name})" {command}',
     ], result.describe()
 
 

@@ -425,3 +425,10 @@ def test_known_cloisters(paths: CloisterPaths, tmp_path: Path) -> None:
     assert cloisterlogs.is_known(paths, "web")
     write(paths.cloister_log("gone"), ("x", {}))
     assert cloisterlogs.is_known(paths, "gone")
+
+
+def test_fields_at_the_edges_of_numbers_and_the_calendar_never_stop_the_listing() -> None:
+    huge = {"event": "proxy.request", "time": "2026-01-01T00:00:00Z", "duration_ms": 10**400}
+    assert "proxy.request" in render(huge)
+    edge = {"event": "hostexec.request", "time": "0001-01-01T00:00:00+00:00", "command": "ls"}
+    assert render(edge, timezone(timedelta(hours=-5))).startswith("?")

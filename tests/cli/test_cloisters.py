@@ -124,6 +124,8 @@ def test_main_checkout_mounts(host: Host, repo: Path) -> None:
         ("/work/.git/commondir", str(git_dir / "commondir"), True),
         ("/work/.git/remotes", str(git_dir / "remotes"), True),
         ("/work/.git/branches", str(git_dir / "branches"), True),
+        ("/work/.git/worktrees", str(git_dir / "worktrees"), True),
+        ("/work/.git/modules", str(git_dir / "modules"), True),
         # No .gitmodules: an empty read-only directory stands in (see gitmounts).
         ("/work/.gitmodules", str(repo / ".gitmodules"), True),
     ]
@@ -195,6 +197,7 @@ def test_linked_worktree_mounts(host: Host, repo: Path) -> None:
             (str(common / "remotes"), str(common / "remotes"), True),
             (str(common / "branches"), str(common / "branches"), True),
             (str(common / "worktrees"), str(common / "worktrees"), True),
+            (str(common / "modules"), str(common / "modules"), True),
             (str(own / "commondir"), str(own / "commondir"), True),
             (str(own / "gitdir"), str(own / "gitdir"), True),
             ("/work/.gitmodules", str(workspace.directory / ".gitmodules"), True),

@@ -58,14 +58,17 @@ def write_hook(path: Path, body: str) -> None:
 def test_a_hooks_path_inside_the_project_is_read_only(repo: Path, home: Path) -> None:
     write_hook(repo / ".githooks" / "pre-commit", "exit 0")
     run_git(repo, "config", "core.hooksPath", ".githooks")
-    legacy = [repo / ".git" / "remotes", repo / ".git" / "branches"]
-    missing = [path for path in legacy if not path.exists()]
+    names = ("remotes", "branches", "worktrees", "modules")
+    made = [repo / ".git" / name for name in names]
+    missing = [path for path in made if not path.exists()]
     git_plan = plan(repo, home)
     assert read_only(git_plan)["/work/.githooks"] == str(repo / ".githooks")
     assert "core.hooksPath" in protected(git_plan, repo)[".githooks"]
-    # Made so that the agent cannot: the legacy remote directories, the .gitmodules stand-in.
+    # Made so that the agent cannot: the legacy remote directories, the other worktrees'
+    # and submodules' git directories (a worktree the host adds lands there, its
+    # commondir out of the agent's reach), the .gitmodules stand-in.
     assert git_plan.placeholders == [*missing, repo / ".gitmodules"]
-    assert {"/work/.git/remotes", "/work/.git/branches"} <= set(read_only(git_plan))
+    assert {f"/work/.git/{name}" for name in names} <= set(read_only(git_plan))
 
 
 def test_a_missing_hooks_path_is_created_so_the_agent_cannot(repo: Path, home: Path) -> None:

@@ -228,3 +228,29 @@ def test_a_stand_in_that_cannot_be_made_is_a_clear_error(repo: Path, home: Path)
     # not write, which root would write anyway).
     with pytest.raises(ProtectedPathError, match="cannot make the stand-in for protected path"):
         plan(repo, home, ("README/notes",))
+
+
+def test_nothing_inside_a_protected_directory_stays_writable(repo: Path, home: Path) -> None:
+    """A directory pinned read-write on the way to a read-only path inside a protected
+    one would be mounted over it (Docker mounts deeper targets last): no pin stays."""
+    (repo / "tools" / "ci").mkdir(parents=True)
+    (repo / "tools" / "ci" / "run.sh").write_text("echo ci\n", encoding="utf-8")
+    found = mounts(plan(repo, home, ("tools/ci/run.sh", "tools")))
+    inside = {target: ro for target, (_, ro) in found.items() if target.startswith("/work/tools")}
+    assert inside == {"/work/tools/ci/run.sh": True, "/work/tools": True}
+
+
+def test_a_repository_nested_in_a_protected_directory_is_read_only_whole(
+    repo: Path, home: Path
+) -> None:
+    feature = make_repo(repo / ".devcontainer" / "features" / "feat")
+    nested = [feature / ".git"]
+    git_plan = gitmounts.plan(
+        repo, is_git=True, home=home, nested=nested, protect=DEFAULT_PROTECTED_PATHS
+    )
+    writable = [
+        target
+        for target, (_, ro) in mounts(git_plan).items()
+        if target.startswith("/work/.devcontainer") and not ro
+    ]
+    assert writable == []

@@ -172,6 +172,7 @@ def test_the_forwarder_is_hardened_and_reaches_one_address() -> None:
         "mem_limit": "64m",
         "pids_limit": 16,
         "nano_cpus": 1_000_000_000,
+        "sysctls": {"net.ipv4.ip_forward": "0"},
         "healthcheck": {"test": ["NONE"]},
     }
     # Not a cloister: `cloister list`, `stop --all` and the token services never see it.

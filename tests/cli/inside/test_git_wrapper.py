@@ -53,12 +53,16 @@ class Guarded:
         return self.bin / "git"
 
     def run(
-        self, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """``git ARGS`` through the wrapper, in the repository."""
+        """``git ARGS`` through the wrapper, in the repository (or *cwd*)."""
         return subprocess.run(
             [str(self.git_path), *args],
-            cwd=self.repo,
+            cwd=cwd or self.repo,
             env=self.env | (env or {}),
             input=stdin if stdin is not None else "",
             capture_output=True,
@@ -343,6 +347,31 @@ def test_deleting_a_protected_branch_is_refused(guarded: Guarded, args: list[str
     assert "and its reflog" in message
 
 
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["branch", "-M", "feature", "main"], "replaces the protected branch main"),
+        (["branch", "-m", "-f", "feature", "master"], "replaces the protected branch master"),
+        (["branch", "-C", "feature", "main"], "replaces the protected branch main"),
+        (["branch", "-m", "main", "trunk"], "renames the protected branch main away"),
+        (["branch", "--move", "master", "trunk"], "renames the protected branch master away"),
+        (["branch", "-M", "trunk"], "renames the protected branch main away"),  # HEAD: main
+    ],
+)
+def test_replacing_or_renaming_a_protected_branch_is_refused(
+    guarded: Guarded, args: list[str], why: str
+) -> None:
+    assert why in guarded.refused(*args)  # which changes nothing
+
+
+def test_other_renames_and_copies_go_through(guarded: Guarded) -> None:
+    guarded.ok("branch", "-m", "feature", "topic")
+    guarded.ok("branch", "-c", "main", "copy-of-main")  # main stays
+    guarded.ok("branch", "-M", "topic", "release")  # not protected here
+    names = run_git(guarded.repo, "branch", "--format=%(refname:short)").split()
+    assert names == ["copy-of-main", "main", "master", "release"]
+
+
 def test_other_branches_can_be_deleted(guarded: Guarded) -> None:
     run_git(guarded.repo, "branch", "other")
     guarded.ok("update-ref", "-d", "refs/heads/feature")
@@ -361,6 +390,9 @@ def test_update_ref_stdin_is_read_and_checked(guarded: Guarded) -> None:
     guarded.refused("update-ref", "--stdin", stdin=f"update refs/heads/master {ZERO}\n")
     guarded.refused("update-ref", "-z", "--stdin", stdin="delete refs/heads/main\0\0")
     guarded.refused("update-ref", "-z", "--stdin", stdin=f"update refs/heads/main\0{ZERO}\0\0")
+    # An empty new value is zero to git: it deletes too.
+    guarded.refused("update-ref", "--stdin", stdin="update refs/heads/main \n")
+    guarded.refused("update-ref", "-z", "--stdin", stdin="update refs/heads/main\0\0\0")
     guarded.refused(
         "update-ref", "--stdin", stdin="delete refs/heads/feature\ndelete refs/heads/master"
     )
@@ -399,16 +431,32 @@ def test_protected_branches_come_from_the_environment(guarded: Guarded) -> None:
 
 
 def test_the_message_says_what_why_and_how_on_the_host(guarded: Guarded) -> None:
-    result = guarded.run(
-        "push", "--force", "origin", "it's main", env={"CLOISTER_CLOISTER": "web-api"}
-    )
+    work = {"CLOISTER_CLOISTER": "web-api", "CLOISTER_WORK": str(guarded.repo)}
+    result = guarded.run("push", "--force", "origin", "it's main", env=work)
     assert result.returncode == REFUSED
     assert result.stderr.splitlines() == [
         "cloister: the git guardrails refused `git push --force origin 'it'\\''s main'`: a force"
         " push rewrites history others may already have.",
-        "cloister: to do it anyway, run it on the host:"
-        " git -C \"$(cloister path web-api)\" push --force origin 'it'\\''s main'",
+        "cloister: to do it anyway, run it on the host:",
+        "  git -C \"$(cloister path web-api)\" push --force origin 'it'\\''s main'",
     ]
+
+
+def test_the_host_command_keeps_the_directory_and_the_global_options(guarded: Guarded) -> None:
+    """Run as suggested, it acts on the same repository (a nested one here), and a word
+    the host shell would expand (``~``) is quoted."""
+    nested = guarded.repo / "vendor"
+    nested.mkdir()
+    work = {"CLOISTER_CLOISTER": "web-api", "CLOISTER_WORK": str(guarded.repo)}
+    result = guarded.run("-C", "lib", "push", "-f", "origin", "~main", env=work, cwd=nested)
+    assert result.returncode == REFUSED
+    assert result.stderr.splitlines()[-1] == (
+        "  git -C \"$(cloister path web-api)\"'/vendor' '-C' 'lib' push -f origin '~main'"
+    )
+    elsewhere = guarded.run("push", "-f", "origin", "main", env={"CLOISTER_WORK": "/work"})
+    assert elsewhere.stderr.splitlines()[-1] == (
+        "cloister: this repository is not under /work: it is not yours on the host"
+    )
 
 
 def test_exit_status_and_input_pass_through(guarded: Guarded) -> None:

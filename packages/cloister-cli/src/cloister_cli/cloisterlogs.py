@@ -400,7 +400,7 @@ def summary(record: Record) -> str:
             return _approval(record)
         if event.startswith("guard."):
             return _guard(record)
-    except (TypeError, ValueError):  # a field of an unexpected type: show them all
+    except (TypeError, ValueError, ArithmeticError):  # an unexpected field: show them all
         pass
     return _fields(record)
 
@@ -408,5 +408,8 @@ def summary(record: Record) -> str:
 def render(record: Record, tz: tzinfo | None = None) -> str:
     """One line for a person: local time, event, what happened; agent text escaped."""
     moment = record_time(record)
-    stamp = moment.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S") if moment else "?"
+    try:
+        stamp = moment.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S") if moment else "?"
+    except OverflowError:  # a time at the edge of the calendar, in no local zone
+        stamp = "?"
     return printable(f"{stamp}  {record['event']:<26} {summary(record)}".rstrip())

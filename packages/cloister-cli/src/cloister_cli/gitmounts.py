@@ -184,7 +184,15 @@ def _git_directory_files(
                 legacy.mkdir()
             plan.placeholders.append(legacy)
         found.append(legacy)
-    found += [common / name for name in ("worktrees", "modules") if (common / name).is_dir()]
+    # The other worktrees' and the submodules' git directories, each with its config and
+    # pointers (a worktree's `commondir` names the configuration git reads). A missing
+    # one too: a worktree or submodule the host adds while the cloister runs lands in it.
+    for others in (common / "worktrees", common / "modules"):
+        if not others.exists():
+            if create:
+                others.mkdir()
+            plan.placeholders.append(others)
+        found.append(others)
     for directory in dict.fromkeys((common, gitdir)):
         config_worktree = directory / "config.worktree"
         if per_worktree and not config_worktree.exists():
@@ -258,10 +266,15 @@ class _TreeScan:
         missing = not path.exists()
         if missing and self.create:
             self._make(path, root, directory=directory)
-        if path in self.pinned:  # on the way to another read-only path: now read-only whole
-            self.pinned.discard(path)
-            target = str(self.container_path(path))
-            self.plan.mounts = [mount for mount in self.plan.mounts if mount["Target"] != target]
+        # Directories pinned (read-write) on the way to read-only paths inside this one
+        # are read-only with it now: Docker mounts the deeper ones last, over this one.
+        inner = {pinned for pinned in self.pinned if _inside(pinned, path)}
+        if inner:
+            self.pinned -= inner
+            targets = {str(self.container_path(pinned)) for pinned in inner}
+            self.plan.mounts = [
+                mount for mount in self.plan.mounts if mount["Target"] not in targets
+            ]
         self._pin_ancestors(path, root)
         self.already.append(path)
         self.plan.mounts.append(bind(path, self.container_path(path), read_only=True))

@@ -141,6 +141,8 @@ class ForwarderPlan:
             "mem_limit": MEMORY,
             "pids_limit": PIDS,
             "nano_cpus": NANO_CPUS,
+            # A second network makes it a router by default: it forwards sockets, not packets.
+            "sysctls": {"net.ipv4.ip_forward": "0"},
             "healthcheck": {"test": ["NONE"]},  # the image's own is the proxy's
             "log_config": LOG,
         }
@@ -184,12 +186,19 @@ class Forward:
     def host(self) -> str | None:
         return f"{HOST_ADDRESS}:{self.host_port}" if self.host_port is not None else None
 
+    @property
+    def url(self) -> str | None:
+        """What a browser should open: ``localhost`` (the approval UI's cookie, sent to any
+        port of 127.0.0.1, is not sent there)."""
+        return f"http://localhost:{self.host_port}/" if self.host_port is not None else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "cloister": self.cloister,
             "port": self.port,
             "host": self.host,
             "host_port": self.host_port,
+            "url": self.url,
             "status": self.status,
             "container": self.container,
         }

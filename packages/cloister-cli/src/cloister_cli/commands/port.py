@@ -49,7 +49,7 @@ def port(
     Examples:
       cloister port 8000                  # this directory's cloister, on 127.0.0.1:8000
       cloister port my-api 5173:3000      # port 5173 of my-api on 127.0.0.1:3000
-      cloister port my-api 8000:0 --json | jq -r .host
+      cloister port my-api 8000:0 --json | jq -r .url
       cloister port my-api --list
       cloister port --list --json         # every cloister's
       cloister port my-api 8000 --remove
@@ -84,7 +84,7 @@ def port(
         return
     verb = "published" if published.created else "already published"
     click.echo(f"cloister {name}: port {forward.port} {verb} on {forward.host}")
-    note(f"a web page there: http://localhost:{forward.host_port}/ (see `cloister port --help`)")
+    note(f"a web page there: {forward.url} (see `cloister port --help`)")
 
 
 def _print_list(found: list[Forward], *, as_json: bool, name: str | None) -> None:
@@ -96,7 +96,13 @@ def _print_list(found: list[Forward], *, as_json: bool, name: str | None) -> Non
         return
     from rich.table import Table  # noqa: PLC0415 - rich only when a table is drawn
 
-    table = Table("cloister", "port", "host", "status")
+    table = Table("cloister", "port", "host", "open", "status")
     for forward in found:
-        table.add_row(forward.cloister, str(forward.port), forward.host or "-", forward.status)
+        table.add_row(
+            forward.cloister,
+            str(forward.port),
+            forward.host or "-",
+            forward.url or "-",
+            forward.status,
+        )
     console().print(table)
