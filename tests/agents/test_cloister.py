@@ -43,6 +43,7 @@ from tests.cli.cli_support import (
     Result,
     docker_executable,
     exec_in,
+    git,
     guardian,
     make_repo,
     remove_containers,
@@ -58,6 +59,12 @@ KEY = "sk-ant-api03-REAL-" + secrets.token_hex(16)  # the human's real key
 CODEX_KEY = "sk-proj-REAL-" + secrets.token_hex(16)
 GEMINI_KEY = "AIza-REAL-" + secrets.token_hex(16)
 MADE_FILE = "fakeapi-was-here.txt"
+# What the fake API has the agent run: make a file and commit it, as an agent does (the
+# commit goes to the cloister's own git directory, and comes back by `cloister sync`).
+AGENT_COMMAND = (
+    f"echo cloister > /work/{MADE_FILE} && cd /work"
+    f" && git add {MADE_FILE} && git commit -q -m 'made by the agent'"
+)
 FAKE_API = f"http://{FAKEAPI_ALIAS}:{FAKEAPI_PORT}"
 RUN_TIMEOUT = 300.0
 
@@ -106,6 +113,7 @@ def stack(
             detach=True,
             name=f"cloister-test-fakeapi-{secrets.token_hex(4)}",
             labels=LABELS,
+            environment={"FAKEAPI_BASH_COMMAND": AGENT_COMMAND},
             network=egress,
             networking_config={
                 egress: docker_client.api.create_endpoint_config(aliases=[FAKEAPI_ALIAS])
@@ -226,8 +234,15 @@ def test_claude_code_runs_unattended_and_never_holds_the_key(stack: Stack) -> No
         before = len(stack.requests("/v1/messages"))
         run = cloister_exec(cli, name, "claude", "-p", "make the file")
         assert run.returncode == 0, run.describe()
-        # The tool call ran unattended, in /work: the file is on the host.
+        # The tool call ran unattended, in /work: the file is on the host, and its commit,
+        # made in the cloister's own git directory, comes back and fast-forwards main.
         assert (repository / MADE_FILE).read_text() == "cloister\n"
+        cli.ok("sync", name, cwd=repository)
+        assert git(repository, "log", "-1", "--format=%s", "main").strip() == "made by the agent"
+        assert git(repository, "rev-parse", f"refs/cloister/{name}/main") == git(
+            repository, "rev-parse", "main"
+        )
+        assert git(repository, "status", "--porcelain") == ""
         messages = stack.requests("/v1/messages")[before:]
         assert len(messages) >= 2, messages
         for entry in messages:

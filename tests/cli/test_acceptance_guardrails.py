@@ -122,6 +122,8 @@ def assert_refused(name: str, script: str, command: str, why: str) -> None:
         f"cloister: the git guardrails refused `git {command}`: {why}.",
         "cloister: to do it anyway, run it on the host:",
         f'  git -C "$(cloister path {name})" {command}',
+        f"cloister: (this cloister's branches are refs/cloister/{name}/BRANCH there, after"
+        f" `cloister sync {name}`)",
     ], result.describe()
 
 

@@ -1,10 +1,10 @@
 """Issue 13 acceptance: a session loses nothing (snapshots, ``restore``, ``gc``).
 
-Through the real ``cloister`` command and a real guardian: the agent destroys the
-repository from inside a cloister (``rm -rf /work/.git``; ``reset --hard`` and ``gc
---prune=now``), and ``cloister restore`` brings back its history, branches and the
-uncommitted work it had at start. ``cloister gc`` cleans what a cloister that went
-without a finished ``stop`` left in the repository and the config directory.
+Through the real ``cloister`` command and a real guardian: the agent destroys what it
+can from inside a cloister (``rm -rf /work/.git``, which is its own git directory now;
+``reset --hard`` and ``gc --prune=now``; the work tree), the human's repository keeps
+its history, and ``cloister restore`` brings back the uncommitted work it had at start.
+``cloister gc`` cleans what a cloister that went without a finished ``stop`` left.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import docker
 import pytest
 
-from cloister_cli import gitguard
 from tests.cli.cli_support import (
     SLIM_IMAGE,
     CloisterCli,
@@ -80,7 +79,7 @@ def with_history(repo: Path) -> dict[str, str]:
     return state(repo)
 
 
-def state(repo: Path) -> dict[str, str]:
+def state(repo: Path, *, partial: bool = False) -> dict[str, str]:
     return {
         "log": git(repo, "log", "--all", "--format=%H %s"),
         "refs": git(repo, "for-each-ref", "--format=%(objectname) %(refname)"),
@@ -88,7 +87,7 @@ def state(repo: Path) -> dict[str, str]:
         "staged": git(repo, "diff", "--cached"),
         "unstaged": git(repo, "diff"),
         "untracked": git(repo, "ls-files", "--others", "--exclude-standard"),
-        "notes": (repo / "notes.txt").read_text(encoding="utf-8"),
+        "notes": "" if partial else (repo / "notes.txt").read_text(encoding="utf-8"),
     }
 
 
@@ -99,9 +98,10 @@ def test_rm_rf_dot_git_inside_is_restored(
     before = with_history(repo)
     started = cloisters.start(repo, name)
     assert "snapshot" in squash(started.stderr), started.describe()
+    history = {key: before[key] for key in ("log", "refs", "head", "staged")}
     exec_ok(name, "rm -rf /work/.git 2>/dev/null; rm -f notes.txt; echo agent > file2.txt; true")
-    assert not (repo / ".git" / "objects").exists()
-    assert not (repo / ".git" / "HEAD").exists()
+    # Its own git directory went; the human's is not even mounted.
+    assert {key: state(repo, partial=True)[key] for key in history} == history
 
     refused = cli.fails("restore", name)
     assert "stop it first" in refused.output, refused.describe()
@@ -132,25 +132,35 @@ def test_reset_hard_and_gc_prune_now_inside_are_restored(
         "git reset -q --hard HEAD~3 && git branch -f side HEAD && git tag -d v1"
         " && git reflog expire --expire=now --all && git gc -q --prune=now",
     )
-    assert "commit 4" not in git(repo, "log", "--all", "--format=%s")
+    # In its own git directory: the human's history is all there, and the agent's
+    # branch comes back beside it (not a fast-forward: it went backwards).
+    assert "commit 4" in git(repo, "log", "--all", "--format=%s")
     cli.ok("stop", name)
+    agent_refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/cloister/{name}/")
+    assert f"refs/cloister/{name}/main" in agent_refs.split()
+    assert state(repo)["log"].splitlines()[0] in git(repo, "log", "--all", "--format=%H %s")
     cli.ok("restore", name)
-    assert state(repo) == before
+    after = state(repo)
+    assert {key: after[key] for key in ("head", "staged", "unstaged", "untracked", "notes")} == {
+        key: before[key] for key in ("head", "staged", "unstaged", "untracked", "notes")
+    }
+    fsck = run_command(["git", "-C", str(repo), "fsck"], timeout=60)
+    assert fsck.returncode == 0, fsck.describe()
 
 
 def test_gc_cleans_up_after_a_cloister_whose_stop_was_killed(
     cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
 ) -> None:
     """``cloister stop`` removes the container first: killed right after, it leaves the
-    token, the commondir pin, the placeholders and the git guard."""
+    token, the placeholders and the cloister's git directory with its commits."""
     repo, name = new_repo(tmp_path, "killed")
     cloisters.start(repo, name)
+    exec_ok(name, "echo late > late.txt && git add late.txt && git commit -qm late")
     remove_containers([name])
     token = cli.token_file(name)
-    pin = repo / ".git" / "commondir"
+    own = cli.data_dir / "gitdirs" / name
     assert token.exists()
-    assert pin.exists()
-    assert gitguard.MARK in (repo / ".git" / "config").read_text(encoding="utf-8")
+    assert own.is_dir()
     placeholders_before = {path.name for path in repo.iterdir()}
 
     survey = cli.json("gc", "--dry-run", "--json")
@@ -160,12 +170,11 @@ def test_gc_cleans_up_after_a_cloister_whose_stop_was_killed(
     cleaned = cli.ok("gc")
     assert f"cleaned up after cloister {name}" in cleaned.stdout, cleaned.describe()
     assert not token.exists()
-    assert not pin.exists()
-    assert gitguard.MARK not in (repo / ".git" / "config").read_text(encoding="utf-8")
+    assert not own.exists()  # synced, then removed
+    assert "late" in git(repo, "log", "--format=%s", f"refs/cloister/{name}/main")
     left = {path.name for path in repo.iterdir()}
     assert left <= placeholders_before
-    assert left == {".git", "README.md"}  # every empty stand-in is gone
-    assert git(repo, "status", "--porcelain") == ""
+    assert left == {".git", "README.md", "late.txt"}  # every empty stand-in is gone
     again = cli.json("gc", "--dry-run", "--json")
     assert name not in again["dead_cloisters"]
 

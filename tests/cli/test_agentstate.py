@@ -17,6 +17,7 @@ from cloister_core.credentials import store
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord
 from tests.cli.agents.hosthome import SECRET, make_host_home
+from tests.tree_support import DEPTH, deep_tree
 
 HOME = "/home/cloister"
 
@@ -294,3 +295,22 @@ def test_remove_deletes_directories_the_agent_made_read_only(
     locked.chmod(0o500)
     agentstate.remove(paths, "api")
     assert not (paths.data_dir / "agents" / "api").exists()
+
+
+def test_a_tree_deeper_than_pythons_recursion_limit_is_disarmed_and_removed(
+    paths: CloisterPaths, record: TokenRecord, tmp_path: Path
+) -> None:
+    prepare(paths, record, tmp_path)
+    state = paths.data_dir / "agents/api/claude"
+    with deep_tree(state / "projects") as bottom:
+        (bottom / ".git" / "hooks").mkdir(parents=True)
+        # The limit still bounds the walk: the repository is past it.
+        assert agentstate.disarm_repositories(state, limit=500) == []
+        assert agentstate.disarm(paths, "api") == ["claude/projects/" + "d/" * DEPTH + ".git"]
+        assert (bottom / ".git.disabled-by-cloister" / "hooks").is_dir()
+        bottom.chmod(0o500)
+        agentstate.make_writable(paths.data_dir / "agents" / "api")
+        assert stat.S_IMODE(bottom.stat().st_mode) == 0o700
+        bottom.chmod(0o500)
+        assert agentstate.remove(paths, "api") == paths.data_dir / "agents" / "api"
+        assert not (paths.data_dir / "agents" / "api").exists()

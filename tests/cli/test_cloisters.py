@@ -7,6 +7,7 @@ repositories and a fake home directory; nothing here talks to Docker.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import docker.errors
 import pytest
 from docker.types import Mount
 
-from cloister_cli import cloisters, git, gitmounts
+from cloister_cli import cloisters, gitmounts, sessions, starting
 from cloister_cli.cloisters import (
     CloisterStartError,
     ContainerPlan,
@@ -25,8 +26,10 @@ from cloister_cli.cloisters import (
     Workspace,
     environment_for,
 )
+from cloister_cli.gitdirs import Repository
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
+from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
@@ -80,7 +83,8 @@ def record_for(workspace: Workspace, name: str) -> TokenRecord:
 def plan_for(
     host: Host, workspace: Workspace, name: str = "api", refs: tuple[Path, ...] = ()
 ) -> ContainerPlan:
-    git_plan = gitmounts.plan(workspace.directory, is_git=workspace.project.git, home=host.home)
+    """The plan a start makes: its git directory made, its git mounts planned."""
+    git_plan = sessions.prepare(host.paths, workspace, name, home=host.home).git_plan
     return cloisters.plan(
         workspace,
         name,
@@ -105,7 +109,7 @@ def main_checkout(repo: Path) -> Workspace:
 
 def worktree_of(repo: Path, host: Host, branch: str = "feature") -> Workspace:
     destination = host.paths.worktree("api", branch)
-    git.add_worktree(repo, destination, branch)
+    starting.make_worktree(repo, destination, branch)
     return Workspace(Project("api", repo, git=True), destination, branch)
 
 
@@ -113,98 +117,65 @@ def worktree_of(repo: Path, host: Host, branch: str = "feature") -> Workspace:
 
 
 def test_main_checkout_mounts(host: Host, repo: Path) -> None:
-    git_dir = repo / ".git"
+    own = host.paths.cloister_git_dir("api")
     plan = plan_for(host, main_checkout(repo))
     assert layout(plan.mounts) == [
         ("/work", str(repo), False),
-        # A mount of its own: a mount point cannot be renamed away and replaced.
-        ("/work/.git", str(git_dir), False),
-        ("/work/.git/hooks", str(git_dir / "hooks"), True),
-        ("/work/.git/config", str(git_dir / "config"), True),
-        ("/work/.git/commondir", str(git_dir / "commondir"), True),
-        ("/work/.git/remotes", str(git_dir / "remotes"), True),
-        ("/work/.git/branches", str(git_dir / "branches"), True),
-        ("/work/.git/worktrees", str(git_dir / "worktrees"), True),
-        ("/work/.git/modules", str(git_dir / "modules"), True),
-        # No .gitmodules: an empty read-only directory stands in (see gitmounts).
-        ("/work/.gitmodules", str(repo / ".gitmodules"), True),
+        # The cloister's own git directory where the project's is; the human's .git is
+        # never mounted, only its objects (read-only: new ones go to the cloister's).
+        ("/work/.git", str(own), False),
+        ("/work/.git/config", str(own / "config"), True),
+        ("/work/.git/hooks", str(own / "hooks"), True),
+        (ORIGIN_OBJECTS, str(repo / ".git" / "objects"), True),
     ]
-    assert plan.labels["org.cloister.git-common-dir"] == str(git_dir)
+    assert plan.labels["org.cloister.git-common-dir"] == str(repo / ".git")
+    assert (own / "HEAD").read_text(encoding="utf-8") == "ref: refs/heads/main\n"
 
 
-def test_the_commondir_pin_is_what_git_reads_as_none(host: Host, repo: Path) -> None:
-    plan_for(host, main_checkout(repo))
-    pin = repo / ".git" / "commondir"
-    assert pin.read_text(encoding="utf-8") == ".\n"
-    assert git.common_dir(repo) == repo / ".git"
-    run_git(repo, "commit", "-q", "--allow-empty", "-m", "still works")
-    gitmounts.unpin_commondir(repo / ".git")
-    assert not pin.exists()
-
-
-def test_a_repository_with_its_own_commondir_is_refused(host: Host, repo: Path) -> None:
-    elsewhere = host.home / "elsewhere.git"
-    run_git(repo, "init", "-q", "--bare", str(elsewhere))
-    (repo / ".git" / "commondir").write_text(f"{elsewhere}\n", encoding="utf-8")
-    with pytest.raises(gitmounts.UnusualRepositoryError, match="commondir' exists"):
-        plan_for(host, main_checkout(repo))
-
-
-def test_unpin_leaves_a_commondir_it_did_not_make(tmp_path: Path) -> None:
-    (tmp_path / "commondir").write_text("../..\n", encoding="utf-8")
-    gitmounts.unpin_commondir(tmp_path)
-    assert (tmp_path / "commondir").read_text(encoding="utf-8") == "../..\n"
-
-
-def test_worktrees_modules_and_worktree_config_are_read_only(host: Host, repo: Path) -> None:
-    git_dir = repo / ".git"
-    (git_dir / "modules" / "lib").mkdir(parents=True)
-    git.add_worktree(repo, host.home / "elsewhere", "other")
-    run_git(repo, "config", "extensions.worktreeConfig", "true")
-    plan = plan_for(host, main_checkout(repo))
-    read_only = {target for target, _, ro in layout(plan.mounts) if ro}
-    assert {"/work/.git/worktrees", "/work/.git/modules", "/work/.git/config.worktree"} <= read_only
-    assert (git_dir / "config.worktree").is_file()  # made, so the agent cannot make it
-
-
-def test_a_missing_hooks_directory_is_created_before_it_is_mounted(host: Host, repo: Path) -> None:
-    # Otherwise the agent could create .git/hooks itself, and the overlay would be moot.
-    hooks = repo / ".git" / "hooks"
-    for sample in hooks.iterdir():
-        sample.unlink()
-    hooks.rmdir()
-    plan = plan_for(host, main_checkout(repo))
-    assert hooks.is_dir()
-    assert ("/work/.git/hooks", str(hooks), True) in layout(plan.mounts)
+def test_the_humans_git_directory_is_never_writable(host: Host, repo: Path) -> None:
+    (repo / ".git" / "modules" / "lib").mkdir(parents=True)
+    for workspace, name in ((main_checkout(repo), "api"), (worktree_of(repo, host), "api-f")):
+        plan = plan_for(host, workspace, name=name)
+        human = [
+            mount for mount in plan.mounts if Path(mount["Source"]).is_relative_to(repo / ".git")
+        ]
+        assert {mount["Target"] for mount in human} >= {ORIGIN_OBJECTS}
+        assert all(mount["ReadOnly"] for mount in human), layout(human)
 
 
 def test_linked_worktree_mounts(host: Host, repo: Path) -> None:
     workspace = worktree_of(repo, host)
-    common = repo / ".git"
-    own = common / "worktrees" / "feature"
+    own = host.paths.cloister_git_dir("api-feature")
     plan = plan_for(host, workspace, name="api-feature")
-    assert sorted(layout(plan.mounts)) == sorted(
-        [
-            ("/work", str(workspace.directory), False),
-            # Its .git file names the git directory: the agent may not point it elsewhere.
-            ("/work/.git", str(workspace.directory / ".git"), True),
-            # At its own path: what the worktree's .git file names, so git works inside.
-            (str(common), str(common), False),
-            (str(own), str(own), False),
-            (str(common / "hooks"), str(common / "hooks"), True),
-            (str(common / "config"), str(common / "config"), True),
-            (str(common / "commondir"), str(common / "commondir"), True),
-            (str(common / "remotes"), str(common / "remotes"), True),
-            (str(common / "branches"), str(common / "branches"), True),
-            (str(common / "worktrees"), str(common / "worktrees"), True),
-            (str(common / "modules"), str(common / "modules"), True),
-            (str(own / "commondir"), str(own / "commondir"), True),
-            (str(own / "gitdir"), str(own / "gitdir"), True),
-            ("/work/.gitmodules", str(workspace.directory / ".gitmodules"), True),
-        ]
-    )
-    gitfile = (workspace.directory / ".git").read_text(encoding="utf-8")
-    assert gitfile == f"gitdir: {own}\n"
+    assert layout(plan.mounts) == [
+        ("/work", str(workspace.directory), False),
+        # Its .git file names the cloister's git directory, which exists only inside.
+        ("/work/.git", str(host.paths.git_pointer("api-feature")), True),
+        (GIT_DIR_ELSEWHERE, str(own), False),
+        (f"{GIT_DIR_ELSEWHERE}/config", str(own / "config"), True),
+        (f"{GIT_DIR_ELSEWHERE}/hooks", str(own / "hooks"), True),
+        (ORIGIN_OBJECTS, str(repo / ".git" / "objects"), True),
+    ]
+    assert (workspace.directory / ".git").read_text(encoding="utf-8") == POINTER
+    assert host.paths.git_pointer("api-feature").read_text(encoding="utf-8") == POINTER
+    assert (workspace.directory / "README").read_text(encoding="utf-8") == "hello\n"
+    assert plan.labels["org.cloister.git-common-dir"] == str(repo / ".git")
+
+
+def test_a_project_that_is_a_linked_worktree_gets_the_pointer(host: Host, repo: Path) -> None:
+    """Its .git is a file of the human's: a read-only pointer covers it inside."""
+    checkout = host.home / "src" / "api-linked"
+    run_git(repo, "worktree", "add", "-q", "-b", "linked", str(checkout))
+    human_file = (checkout / ".git").read_text(encoding="utf-8")
+    workspace = Workspace(Project("api-linked", checkout, git=True), checkout)
+    plan = plan_for(host, workspace, name="api-linked")
+    by_target = {target: (source, ro) for target, source, ro in layout(plan.mounts)}
+    assert by_target["/work/.git"] == (str(host.paths.git_pointer("api-linked")), True)
+    assert by_target[GIT_DIR_ELSEWHERE] == (str(host.paths.cloister_git_dir("api-linked")), False)
+    assert by_target[ORIGIN_OBJECTS] == (str(repo / ".git" / "objects"), True)
+    assert (checkout / ".git").read_text(encoding="utf-8") == human_file  # untouched
+    own_head = host.paths.cloister_git_dir("api-linked") / "HEAD"
+    assert own_head.read_text(encoding="utf-8") == "ref: refs/heads/linked\n"
 
 
 def test_a_project_without_git_gets_only_work(host: Host) -> None:
@@ -270,10 +241,36 @@ def test_a_forbidden_project_is_refused(host: Host) -> None:
 
 
 def test_a_worktree_of_a_repository_in_a_forbidden_place_is_refused(host: Host) -> None:
-    """The worktree lives in <data>, but its git directory (mounted read-write) does not."""
+    """The worktree lives in <data>, but the repository's objects (mounted read-only)
+    do not; refused before the cloister's git directory is made."""
     dotfiles = make_repo(host.home / ".config" / "nvim")
-    with pytest.raises(CloisterStartError, match="refusing to mount"):
-        plan_for(host, worktree_of(dotfiles, host), name="api-feature")
+    workspace = worktree_of(dotfiles, host)
+    with pytest.raises(CloisterStartError, match="refusing to mount the repository '"):
+        plan_for(host, workspace, name="api-feature")
+    assert not host.paths.cloister_git_dir("api-feature").exists()
+    assert not (workspace.directory / "README").exists()
+
+
+def test_a_git_directory_in_a_forbidden_place_is_refused(host: Host) -> None:
+    """A checkout whose .git file names a git directory in ~/.local."""
+    checkout = host.home / "src" / "split"
+    checkout.mkdir(parents=True)
+    store = host.home / ".local" / "git" / "split"
+    store.parent.mkdir(parents=True)
+    run_git(checkout, "init", "-q", "-b", "main", f"--separate-git-dir={store}")
+    workspace = Workspace(Project("split", checkout, git=True), checkout)
+    message = f"refusing to mount the repository {str(store)!r}"
+    with pytest.raises(CloisterStartError, match=re.escape(message)):
+        plan_for(host, workspace, name="split")
+
+
+def test_alternates_in_a_forbidden_place_are_refused(host: Host, repo: Path) -> None:
+    shared = make_repo(host.home / ".local" / "objects-cache")
+    alternates = repo / ".git" / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(f"{shared / '.git' / 'objects'}\n", encoding="utf-8")
+    with pytest.raises(CloisterStartError, match="alternate object store"):
+        plan_for(host, main_checkout(repo))
 
 
 # -- the container -----------------------------------------------------------------------
@@ -290,7 +287,7 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
         limits=LIMITS,
         refs=(),
         forbidden=host.forbidden,
-        git_plan=gitmounts.plan(repo, is_git=True, home=host.home),
+        git_plan=gitmounts.plan(repo, repository=Repository.of(repo), home=host.home),
     )
     uid, gid = os.getuid(), os.getgid()
     assert plan.run_kwargs() == {
@@ -536,32 +533,34 @@ def host_git_status(directory: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "target", "content"),
     [
-        # The overlays: read-only, so these writes are impossible (and the test passes).
+        # The cloister's config: read-only (git runs core.fsmonitor at every status).
         ("main", "/work/.git/config", CONFIG),
-        ("worktree", "{common}/config", CONFIG),
-        # git reads the repository config from $GIT_DIR/commondir/config when that exists
-        # (a path relative to $GIT_DIR: the agent needs no host path).
+        ("worktree", "/opt/cloister/git/config", CONFIG),
+        # git reads the repository config from $GIT_DIR/commondir/config when that exists:
+        # writable, but in the cloister's own git directory, which the host never reads.
         ("main", "/work/.git/commondir", "../.agent/evil.git\n"),
-        # A worktree's .git is a file naming its git directory; /work is read-write.
+        ("worktree", "/opt/cloister/git/commondir", "{evil}\n"),
+        # A worktree's .git is a file naming its git directory: a read-only one.
         ("worktree", "/work/.git", "gitdir: .agent/evil.git\n"),
-        # The common dir is mounted read-write, so is the worktree's commondir pointer; the
-        # host path of /work is in the worktree's gitdir file, next to it.
-        ("worktree", "{common}/worktrees/feature/commondir", "{evil}\n"),
+        # A config the agent writes where the human's checkout would pick it up.
+        ("main", "/work/.git/config.worktree", CONFIG),
     ],
     ids=[
         "main-config",
         "worktree-config",
         "main-commondir",
-        "worktree-gitfile",
         "worktree-commondir",
+        "worktree-gitfile",
+        "main-config-worktree",
     ],
 )
 def test_the_agent_cannot_make_host_git_run_its_code(
     host: Host, repo: Path, tmp_path: Path, kind: str, target: str, content: str
 ) -> None:
-    """The read-only hooks/config overlays exist so that nothing the agent writes makes
-    the human's next git command run code; other files git reads config through must be
-    out of reach too."""
+    """Nothing the agent writes makes the human's next git command run code: the
+    cloister's git directory is its own, its config read-only, and the human's .git is
+    not mounted at all."""
+    run_git(repo, "config", "extensions.worktreeConfig", "true")
     workspace = main_checkout(repo) if kind == "main" else worktree_of(repo, host)
     plan = plan_for(host, workspace, name="api" if kind == "main" else "api-feature")
     marker = tmp_path / "code-ran-on-the-host"
@@ -602,7 +601,10 @@ def test_markers_and_limits_in_the_plan(host: Host, repo: Path, tmp_path: Path) 
         refs=(),
         forbidden=host.forbidden,
         git_plan=gitmounts.plan(
-            repo, is_git=True, home=host.home, protect=(".devcontainer", ".vscode/tasks.json")
+            repo,
+            repository=Repository.of(repo),
+            home=host.home,
+            protect=(".devcontainer", ".vscode/tasks.json"),
         ),
         extras=extras,
         marker=marker,

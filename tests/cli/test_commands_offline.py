@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from cloister_cli import git, projects
+from cloister_cli import git, projects, sessions, starting
+from cloister_cli.cloisters import Workspace
 from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
-from tests.git_support import hermetic_git, make_repo
+from tests.git_support import hermetic_git, make_repo, run_git
 
 
 @dataclass
@@ -260,21 +261,30 @@ def test_worktree_list_on_an_empty_data_dir(env: dict[str, str], paths: Cloister
     assert not paths.data_dir.exists()
 
 
+BRANCH = "feature/login"
+CLOISTER = "api-feature-login"
+
+
 @pytest.fixture
 def worktree(paths: CloisterPaths, tmp_path: Path) -> tuple[Path, Path]:
-    """Project api with a worktree for branch feature/login, where `start -b` puts it."""
+    """Project api with a worktree for branch feature/login, as `start -b` leaves it:
+    its directory, its files, the cloister's git directory and session record."""
     repo = make_repo(tmp_path / "src" / "api")
-    projects.register(paths, Project("api", repo, git=True))
+    project = Project("api", repo, git=True)
+    projects.register(paths, project)
     directory = paths.worktree("api", "feature-login")
-    git.add_worktree(repo, directory, "feature/login")
+    starting.make_worktree(repo, directory, BRANCH)
+    workspace = Workspace(project, directory, BRANCH)
+    sessions.prepare(paths, workspace, CLOISTER, home=tmp_path / "home")
     return repo, directory
 
 
 def test_worktree_list(env: dict[str, str], worktree: tuple[Path, Path]) -> None:
     _, directory = worktree
+    assert (directory / "README").read_text(encoding="utf-8") == "hello\n"
     listed = run(env, "worktree", "list", "--json")
     assert listed.exit_code == 0, listed.output
-    row = {"project": "api", "branch": "feature/login", "path": str(directory), "dirty": False}
+    row = {"project": "api", "branch": BRANCH, "path": str(directory), "dirty": False}
     assert json.loads(listed.output) == [row]
     (directory / "scratch").write_text("x", encoding="utf-8")
     assert json.loads(run(env, "worktree", "list", "api", "--json").output) == [
@@ -283,7 +293,56 @@ def test_worktree_list(env: dict[str, str], worktree: tuple[Path, Path]) -> None
     assert json.loads(run(env, "worktree", "list", "other", "--json").output) == []
     assert run(env, "worktree", "list", "other").output.startswith("no worktrees of other: ")
     table = run(env, "worktree", "list")
-    assert "feature/login" in table.output
+    assert table.exit_code == 0, table.output
+    assert BRANCH in table.output
+    assert "yes" in table.output
+
+
+def test_a_changed_tracked_file_is_dirty(env: dict[str, str], worktree: tuple[Path, Path]) -> None:
+    _, directory = worktree
+    (directory / "README").write_text("changed\n", encoding="utf-8")
+    assert json.loads(run(env, "worktree", "list", "--json").output)[0]["dirty"] is True
+    (directory / "README").write_text("hello\n", encoding="utf-8")
+    assert json.loads(run(env, "worktree", "list", "--json").output)[0]["dirty"] is False
+
+
+def test_work_the_agents_synced_branch_holds_is_not_dirty(
+    env: dict[str, str], worktree: tuple[Path, Path]
+) -> None:
+    """Compared with refs/cloister/<cloister>/<branch> (its last sync), not the human's."""
+    repo, directory = worktree
+    (directory / "README").write_text("agent's\n", encoding="utf-8")
+    assert json.loads(run(env, "worktree", "list", "--json").output)[0]["dirty"] is True
+    blob = run_git(repo, "hash-object", "-w", str(directory / "README"))
+    tree = git.run(repo, "mktree", input=f"100644 blob {blob}\tREADME\n").stdout.strip()
+    parent = run_git(repo, "rev-parse", BRANCH)
+    commit = run_git(repo, "commit-tree", tree, "-p", parent, "-m", "the agent's")
+    run_git(repo, "update-ref", f"refs/cloister/{CLOISTER}/{BRANCH}", commit)
+    assert json.loads(run(env, "worktree", "list", "--json").output)[0]["dirty"] is False
+
+
+def test_a_worktree_cloister_cannot_tell_about_counts_as_dirty(
+    env: dict[str, str], paths: CloisterPaths, tmp_path: Path
+) -> None:
+    """One an older Cloister made (`git worktree add`), and one with no session record."""
+    repo = make_repo(tmp_path / "src" / "api")
+    projects.register(paths, Project("api", repo, git=True))
+    old = paths.worktree("api", "old")
+    old.parent.mkdir(parents=True)
+    run_git(repo, "worktree", "add", "-q", "-b", "old", str(old))
+    bare = paths.worktree("api", "bare")
+    starting.make_worktree(repo, bare, "bare")
+    rows = json.loads(run(env, "worktree", "list", "--json").output)
+    assert rows == [
+        {"project": "api", "branch": None, "path": str(bare), "dirty": True},
+        {"project": "api", "branch": None, "path": str(old), "dirty": True},
+    ]
+
+
+def test_worktree_list_refuses_a_bad_project_name(env: dict[str, str]) -> None:
+    result = run(env, "worktree", "list", "../x")
+    assert result.exit_code == 1, result.output
+    assert "project name" in result.output
 
 
 @pytest.mark.usefixtures("engine")
@@ -292,16 +351,66 @@ def test_worktree_remove_refuses_a_dirty_one_without_force(
 ) -> None:
     repo, directory = worktree
     (directory / "scratch").write_text("x", encoding="utf-8")
-    refused = run(env, "worktree", "remove", "api", "feature/login")
+    refused = run(env, "worktree", "remove", "api", BRANCH)
     assert_clean_error(
-        refused, f"{directory} has uncommitted changes; commit them, or remove anyway with -f"
+        refused,
+        f"{directory} holds work its branch does not have (or Cloister cannot tell);"
+        " commit it inside the cloister, or remove anyway with -f",
     )
     assert (directory / "scratch").exists()
-    removed = run(env, "worktree", "remove", "api", "feature/login", "-f")
+    removed = run(env, "worktree", "remove", "api", BRANCH, "-f")
     assert removed.exit_code == 0, removed.output
-    assert removed.output == f"removed {directory}\n"
+    assert removed.output == (
+        f"removed {directory} (the branch stays; the agent's is refs/cloister/…)\n"
+    )
     assert not directory.exists()
-    assert git.branch_exists(repo, "feature/login")  # the branch stays
+    assert git.branch_exists(repo, BRANCH)  # the branch stays
+
+
+@pytest.mark.usefixtures("engine")
+def test_worktree_remove_takes_a_clean_one(
+    env: dict[str, str], worktree: tuple[Path, Path]
+) -> None:
+    _, directory = worktree
+    removed = run(env, "worktree", "remove", "api", BRANCH)
+    assert removed.exit_code == 0, removed.output
+    assert not directory.exists()
+    assert json.loads(run(env, "worktree", "list", "--json").output) == []
+
+
+@pytest.mark.usefixtures("engine")
+def test_worktree_remove_makes_the_repository_forget_an_older_cloisters_worktree(
+    env: dict[str, str], paths: CloisterPaths, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "src" / "api")
+    projects.register(paths, Project("api", repo, git=True))
+    old = paths.worktree("api", "old")
+    old.parent.mkdir(parents=True)
+    run_git(repo, "worktree", "add", "-q", "-b", "old", str(old))
+    refused = run(env, "worktree", "remove", "api", "old")
+    assert refused.exit_code == 1  # Cloister cannot tell what it holds
+    assert old.is_dir()
+    removed = run(env, "worktree", "remove", "api", "old", "-f")
+    assert removed.exit_code == 0, removed.output
+    assert not old.exists()
+    listed = run_git(repo, "worktree", "list", "--porcelain").splitlines()
+    assert [line for line in listed if line.startswith("worktree ")] == [f"worktree {repo}"]
+    assert git.branch_exists(repo, "old")
+
+
+@pytest.mark.usefixtures("engine")
+def test_worktree_remove_follows_no_link_inside(
+    env: dict[str, str], worktree: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, directory = worktree
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep").write_text("mine\n", encoding="utf-8")
+    (directory / "link").symlink_to(precious)
+    removed = run(env, "worktree", "remove", "api", BRANCH, "-f")
+    assert removed.exit_code == 0, removed.output
+    assert not directory.exists()
+    assert (precious / "keep").read_text(encoding="utf-8") == "mine\n"
 
 
 def test_worktree_remove_refuses_while_its_cloister_runs(

@@ -12,14 +12,13 @@ import docker.errors
 import pytest
 from click.testing import CliRunner, Result
 
-from cloister_cli import gitguard, sessions
+from cloister_cli import sessions
 from cloister_cli.cloisters import Workspace
 from cloister_cli.commands.review import FOUND_EXIT
 from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
-from cloister_core.sessions import append_event, read_session, write_session
 from tests.git_support import hermetic_git, make_repo, run_git
 
 
@@ -139,33 +138,6 @@ def test_fix_moves_what_is_safe_to_and_reports_the_rest(
     assert invoke(paths, "review", "api").exit_code == 0
 
 
-def test_a_held_guard_is_released_once_fixed(
-    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
-) -> None:
-    prepared = start(paths, repo, tmp_path / "home")
-    assert gitguard.is_guarded(repo / ".git", paths.git_guard_config)
-    sub = make_repo(repo / "sub")
-    run_git(sub, "config", "core.fsmonitor", "touch /nowhere; echo")
-    run_git(repo, "add", "sub")
-    write_session(paths, prepared.session.model_copy(update={"guard_held": True}))
-    document = json.loads(invoke(paths, "review", "api", "--fix", "--yes", "--json").output)
-    assert document["fixed"]
-    assert not gitguard.is_guarded(repo / ".git", paths.git_guard_config)
-    assert not (repo / ".gitmodules").exists()  # the stand-in went with it
-    record = read_session(paths, "api")
-    assert record is not None
-    assert not record.guard_held
-
-
-def test_what_the_guard_undid_is_shown(
-    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
-) -> None:
-    start(paths, repo, tmp_path / "home")
-    append_event(paths, "api", "removed", f"{repo}/.git/packed-refs", "a symbolic link to '/x'")
-    result = invoke(paths, "review", "api")
-    assert f"Cloister removed {repo}/.git/packed-refs" in " ".join(result.output.split())
-
-
 def test_a_directory_no_cloister_worked_in(
     paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
 ) -> None:
@@ -180,25 +152,6 @@ def test_an_unknown_cloister_is_one_line(paths: CloisterPaths, engine: Engine) -
     result = invoke(paths, "review", "nope")
     assert result.exit_code == 1
     assert result.output.strip() == "Error: no session of cloister 'nope' (`cloister list`)"
-
-
-def test_a_quarantined_repository_says_what_it_would_have_run(
-    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
-) -> None:
-    start(paths, repo, tmp_path / "home")
-    moved = make_repo(paths.quarantine_dir / "api" / "20261123T000000Z" / "sub")
-    run_git(moved, "config", "core.fsmonitor", "touch /tmp/pwned; echo")
-    append_event(
-        paths,
-        "api",
-        "quarantined",
-        f"{repo}/sub/.git",
-        "a repository at gitlink 'sub'",
-        moved_to=str(moved / ".git"),
-    )
-    text = " ".join(invoke(paths, "review", "api").output.split())
-    assert f"Cloister quarantined {repo}/sub/.git" in text
-    assert "it would have run: git runs `touch /tmp/pwned; echo` (core.fsmonitor)" in text
 
 
 def test_fix_waits_until_the_agent_is_stopped(
@@ -228,20 +181,3 @@ def test_fix_waits_until_the_agent_is_stopped(
     assert result.exit_code == 1
     assert "is running: stop it first" in result.output
     assert (sub / ".git").is_dir()
-
-
-def test_a_replaced_git_directory_is_reported(
-    paths: CloisterPaths, repo: Path, tmp_path: Path, engine: Engine
-) -> None:
-    """None can be replaced from inside (a mount point); if one was, say so loudly."""
-    start(paths, repo, tmp_path / "home")
-    (repo / ".git").rename(tmp_path / "real-git")
-    make_repo(tmp_path / "other")
-    (tmp_path / "other" / ".git").rename(repo / ".git")
-    result = invoke(paths, "review", "api", "--json")
-    assert result.exit_code == FOUND_EXIT
-    (replaced,) = [
-        item for item in json.loads(result.output)["findings"] if item["kind"] == "replaced"
-    ]
-    assert replaced["path"] == str(repo / ".git")
-    assert replaced["severity"] == "runs-code"

@@ -14,6 +14,7 @@ from cloister_cli import completion_sources
 from cloister_cli.hub_client import HubError
 from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
+from cloister_core.fileio import lock_path
 from cloister_core.paths import CloisterPaths
 from tests.cli.engine_support import FakeEngineApi, cloister_attrs, serve
 
@@ -104,7 +105,7 @@ def test_review_offers_session_records_and_cloisters(
 ) -> None:
     touch(paths.session_file("old-one"))
     touch(paths.sessions_dir / "Not A Name.json")
-    touch(paths.session_events("old-one"))
+    touch(lock_path(paths.session_file("old-one")))  # update_session's lock: no name
     assert complete(env, "cloister review ") == ["api", "api-feature", "old-one", "web"]
     api.status = 500
     assert complete(env, "cloister review ") == ["old-one"]

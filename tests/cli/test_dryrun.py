@@ -15,6 +15,7 @@ from cloister_cli import (
     cloisters,
     devoverrides,
     dryrun,
+    git,
     gitmounts,
     lifecycle,
     previewing,
@@ -22,6 +23,7 @@ from cloister_cli import (
     starting,
 )
 from cloister_cli.cloisters import ContainerPlan, Extras, Forbidden, Workspace
+from cloister_cli.gitdirs import Repository
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.devcontainer import load_devcontainer
@@ -50,7 +52,9 @@ def plan_for(tmp_path: Path, repo: Path, extras: Extras | None = None) -> tuple[
         limits=LIMITS,
         refs=(),
         forbidden=Forbidden.for_host(paths, tmp_path / "home"),
-        git_plan=gitmounts.plan(repo, is_git=True, home=tmp_path / "home", create=False),
+        git_plan=gitmounts.plan(
+            repo, repository=Repository.of(repo), home=tmp_path / "home", create=False
+        ),
         agent_environment={"OPENAI_API_KEY": record.secret, "PLAIN": "yes"},
         accounts=(tmp_path / "passwd", tmp_path / "group"),
         extras=extras,
@@ -268,7 +272,17 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     # The paths a start would write are the ones the plan mounts.
     sources = {mount["Source"] for mount in preview.plan.mounts}
     assert str(paths.data_dir / "accounts" / "api" / "passwd") in sources
-    assert str(repo / ".git" / "commondir") in sources
+    # The cloister's own git directory, at /work/.git: the human's .git is never mounted.
+    own = {mount["Target"]: mount for mount in preview.plan.mounts}
+    assert own["/work/.git"]["Source"] == str(paths.cloister_git_dir("api"))
+    assert own["/work/.git"]["ReadOnly"] is False
+    assert own["/work/.git/config"]["ReadOnly"] is True
+    assert own["/opt/cloister/origin/objects"]["Source"] == str(repo / ".git" / "objects")
+    assert own["/opt/cloister/origin/objects"]["ReadOnly"] is True
+    assert not any(
+        source.startswith(f"{repo / '.git'}/")
+        for source in sources - {str(repo / ".git" / "objects")}
+    )
     assert str(paths.data_dir / "markers" / "api.json") in sources
     # The protected paths (the defaults): named, the missing ones as stand-ins to be.
     protected = {item["path"]: item["stand_in"] for item in document["protected"]}
@@ -281,3 +295,66 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_url_userinfo_is_masked() -> None:
     assert dryrun.masked("MIRROR", "https://user:pass@host/x", "") == "https://***@host/x"
     assert dryrun.masked("MIRROR", "https://host/x@y", "") == "https://host/x@y"
+
+
+def preview_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> lifecycle.Context:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    paths = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
+    context = lifecycle.Context(paths=paths, home=home)
+    context.without_writing()
+    context.__dict__["docker"] = _Engine()
+    context.__dict__["guardian"] = _Guardian()
+    image = projectimages.ImagePlan("api", "cloister-project-api:0123", "0123", False, ("b",), None)
+    monkeypatch.setattr(starting, "plan_image", lambda *args: image)
+    monkeypatch.setattr(starting, "_image_env", lambda *args: None)
+    return context
+
+
+def test_a_preview_of_a_new_worktree_makes_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = preview_context(tmp_path, monkeypatch)
+    repo = make_repo(tmp_path / "home" / "src" / "api")
+    options = starting.StartOptions(project_name="api", branch="feature/x", no_devcontainer=True)
+    preview = previewing.preview(context, repo, options)
+    directory = context.paths.worktree("api", "feature-x")
+    assert preview.workspace.directory == directory
+    assert preview.name == "api-feature-x"
+    assert any("would be created first" in note for note in preview.notes)
+    assert not context.paths.data_dir.exists()
+    assert not context.paths.config_dir.exists()
+    assert not git.branch_exists(repo, "feature/x")  # made by a start, not a preview
+    targets = {mount["Target"] for mount in preview.plan.mounts}
+    assert "/work/.git" not in targets  # known once the worktree is made
+    assert preview.plan.labels["org.cloister.git-common-dir"] == str(repo / ".git")
+
+
+def test_a_preview_of_an_existing_worktree_shows_the_pointer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = preview_context(tmp_path, monkeypatch)
+    repo = make_repo(tmp_path / "home" / "src" / "api")
+    directory = context.paths.worktree("api", "feature")
+    starting.make_worktree(repo, directory, "feature")
+    options = starting.StartOptions(project_name="api", branch="feature", no_devcontainer=True)
+    preview = previewing.preview(context, repo, options)
+    by_target = {mount["Target"]: mount for mount in preview.plan.mounts}
+    assert by_target["/work/.git"]["Source"] == str(context.paths.git_pointer("api-feature"))
+    assert by_target["/work/.git"]["ReadOnly"] is True
+    own = by_target["/opt/cloister/git"]
+    assert (own["Source"], own["ReadOnly"]) == (
+        str(context.paths.cloister_git_dir("api-feature")),
+        False,
+    )
+    assert not context.paths.git_dirs_dir.exists()  # named, not made
+
+
+def test_a_preview_refuses_a_repository_in_a_forbidden_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = preview_context(tmp_path, monkeypatch)
+    dotfiles = make_repo(tmp_path / "home" / ".config" / "nvim")
+    options = starting.StartOptions(project_name="nvim", branch="feature", no_devcontainer=True)
+    with pytest.raises(CloisterError, match="refusing to mount the repository"):
+        previewing.preview(context, dotfiles, options)

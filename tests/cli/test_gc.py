@@ -13,14 +13,16 @@ from typing import Any
 import docker.errors
 import pytest
 
-from cloister_cli import gc
+from cloister_cli import gc, projects, starting
 from cloister_cli.lifecycle import Context
+from cloister_cli.projects import Project
 from cloister_cli.snapshots import Target, take
-from cloister_core import stack
+from cloister_core import beneath, stack
 from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import SessionRecord, write_session
 from tests.git_support import hermetic_git, make_repo, run_git
+from tests.tree_support import deep_tree
 
 
 @dataclass
@@ -140,3 +142,178 @@ def test_the_survey_lists_expired_snapshots_and_abandoned_scratch(
     assert [record.id for record in found.expired["repo"]] == [old.id]
     assert found.scratch == [scratch]
     assert not found.empty
+
+
+def test_collect_removes_trees_deeper_than_pythons_recursion_limit_through_no_link(
+    tmp_path: Path,
+) -> None:
+    context = context_for(tmp_path, FakeEngine())
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("human\n", encoding="utf-8")
+    scratch = context.paths.snapshot_dir("repo") / "tmp" / "20200101T000000Z-dead"
+    worktree = context.paths.worktrees_dir / "repo" / "gone"
+    with deep_tree(scratch, depth=3), deep_tree(worktree) as bottom:
+        (bottom / "to-outside").symlink_to(outside)
+        (worktree / "to-outside").symlink_to(outside)
+        found = gc.Survey(
+            scratch=[scratch], orphans=[gc.Orphan(worktree, "repo", "it has no .git file")]
+        )
+        done = gc.collect(context, found, remove_worktree=lambda orphan: True)
+        assert done.scratch == 1
+        assert done.worktrees == [worktree]
+        assert not scratch.exists()
+        assert not worktree.exists()
+    assert (outside / "keep").read_text(encoding="utf-8") == "human\n"
+
+
+# -- cloisters with a git directory of their own ------------------------------------------------
+
+
+def test_a_git_directory_its_stop_could_not_sync_makes_a_dead_cloister(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    context = context_for(tmp_path, engine)
+    now = datetime.now(UTC)
+    git_dirs = context.paths.git_dirs_dir
+    for name in ("unsynced", "alive", "half-made"):
+        (git_dirs / name).mkdir(parents=True)
+    for name in ("unsynced", "alive"):
+        write_session(
+            context.paths,
+            SessionRecord(
+                cloister=name, project="p", worktree="/src/p", started_at=now, stopped_at=now
+            ),
+        )
+    (git_dirs / "unsynced.pointer").write_text("gitdir: /opt/cloister/git\n", encoding="utf-8")
+    (git_dirs / "alive.unsynced-20260101T000000").mkdir()  # kept aside by a later start
+    (git_dirs / ".sync-unsynced-1").mkdir()  # a sync's scratch
+    (git_dirs / ".unsynced.sync.lock").write_text("", encoding="utf-8")
+    engine.containers.running["cloister-alive"] = running("alive", tmp_path)
+    assert gc.dead_cloisters(context) == ["unsynced"]
+
+
+@pytest.fixture
+def made(repo: Path, tmp_path: Path) -> tuple[Context, FakeEngine, Path]:
+    """A worktree as `cloister start -b feature` makes it, of project repo."""
+    engine = FakeEngine()
+    context = context_for(tmp_path, engine)
+    projects.register(context.paths, Project("repo", repo, git=True))
+    directory = context.paths.worktree("repo", "feature")
+    starting.make_worktree(repo, directory, "feature")
+    return context, engine, directory
+
+
+def test_a_worktree_whose_repository_is_there_is_no_orphan(
+    made: tuple[Context, FakeEngine, Path],
+) -> None:
+    context, _, _ = made
+    assert gc.orphan_worktrees(context) == []
+
+
+def test_a_worktree_whose_repository_is_gone_is_an_orphan(
+    made: tuple[Context, FakeEngine, Path], repo: Path
+) -> None:
+    context, engine, directory = made
+    beneath.remove_tree(repo)
+    assert [(orphan.path, orphan.project) for orphan in gc.orphan_worktrees(context)] == [
+        (directory, "repo")
+    ]
+    assert gc.orphan_worktrees(context)[0].reason == f"its repository ({repo}) is gone"
+    engine.containers.running["cloister-repo-feature"] = running("repo-feature", directory)
+    assert gc.orphan_worktrees(context) == []  # a cloister works in it
+
+
+def test_a_worktree_no_project_names_is_an_orphan(
+    made: tuple[Context, FakeEngine, Path],
+) -> None:
+    context, _, directory = made
+    context.paths.project_config("repo").unlink()
+    (orphan,) = gc.orphan_worktrees(context)
+    assert orphan.path == directory
+    assert orphan.reason == "no project 'repo' names a repository any more"
+
+
+def test_collect_removes_an_orphan_worktree_only_when_told(
+    made: tuple[Context, FakeEngine, Path], repo: Path
+) -> None:
+    context, _, directory = made
+    beneath.remove_tree(repo)
+    found = gc.survey(context)
+    assert [orphan.path for orphan in found.orphans] == [directory]
+    kept = gc.collect(context, found, remove_worktree=lambda orphan: False)
+    assert kept.worktrees == []
+    assert directory.is_dir()
+    done = gc.collect(context, found, remove_worktree=lambda orphan: True)
+    assert done.worktrees == [directory]
+    assert not directory.exists()
+
+
+def test_an_interrupted_syncs_scratch_directory_goes_once_old(tmp_path: Path) -> None:
+    context = context_for(tmp_path, FakeEngine())
+    git_dirs = context.paths.git_dirs_dir
+    old, fresh = git_dirs / ".sync-api-old", git_dirs / ".sync-api-fresh"
+    for directory in (old, fresh):
+        (directory / "objects").mkdir(parents=True)
+    os.utime(old, (0, 0))
+    found = gc.survey(context)
+    assert found.scratch == [old]
+    done = gc.collect(context, found)
+    assert done.scratch == 1
+    assert not old.exists()
+    assert fresh.is_dir()
+
+
+@dataclass
+class SyncContainer:
+    name: str
+    status: str
+    engine: SyncEngine
+    labels: dict[str, str] = field(default_factory=lambda: {stack.LABEL_SYNC: "api"})
+
+    @property
+    def short_id(self) -> str:
+        return self.name[:10]
+
+    def remove(self, force: bool = False) -> None:
+        assert force
+        self.engine.containers.items.remove(self)
+
+
+@dataclass
+class SyncContainers:
+    items: list[SyncContainer] = field(default_factory=list)
+    filters: list[dict[str, str]] = field(default_factory=list)
+
+    def get(self, name: str) -> SyncContainer:
+        for item in self.items:
+            if item.name == name:
+                return item
+        raise docker.errors.NotFound(name)
+
+    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[SyncContainer]:
+        assert all
+        key = (filters or {})["label"]
+        return [item for item in self.items if key in item.labels]
+
+
+@dataclass
+class SyncEngine:
+    containers: SyncContainers = field(default_factory=SyncContainers)
+
+
+def test_sync_containers_a_killed_sync_left_are_removed(tmp_path: Path) -> None:
+    engine = SyncEngine()
+    context = Context(CloisterPaths(tmp_path / "config", tmp_path / "data"), home=tmp_path)
+    context.__dict__["docker"] = engine
+    engine.containers.items = [
+        SyncContainer("cloister-sync-api-1", "exited", engine),
+        SyncContainer("cloister-sync-web-2", "running", engine),  # a sync in progress
+    ]
+    found = gc.survey(context)
+    assert found.syncs == ["cloister-sync-api-1"]
+    assert not found.empty
+    done = gc.collect(context, found)
+    assert done.syncs == 1
+    assert [item.name for item in engine.containers.items] == ["cloister-sync-web-2"]
+    # Gone meanwhile: no error, nothing counted.
+    assert gc.collect(context, found).syncs == 0

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cloister_cli import git, gitmounts
+from cloister_cli import gitmounts, starting
+from cloister_cli.gitdirs import Repository
 from cloister_cli.gitmounts import GitPlan, ProtectedPathError
 from cloister_core.config.models import DEFAULT_PROTECTED_PATHS
 from tests.git_support import hermetic_git, make_repo, run_git
@@ -41,9 +42,17 @@ def plan(
     protect: tuple[str, ...] = DEFAULT_PROTECTED_PATHS,
     *,
     is_git: bool = True,
+    repository: Path | None = None,
     create: bool = True,
 ) -> GitPlan:
-    return gitmounts.plan(worktree, is_git=is_git, home=home, protect=protect, create=create)
+    """*repository*: the human's checkout (*worktree* itself unless given)."""
+    return gitmounts.plan(
+        worktree,
+        repository=Repository.of(repository or worktree) if is_git else None,
+        home=home,
+        protect=protect,
+        create=create,
+    )
 
 
 def mounts(git_plan: GitPlan) -> dict[str, tuple[str, bool]]:
@@ -73,8 +82,8 @@ def test_existing_files_and_directories_are_mounted_read_only(repo: Path, home: 
     assert mounts(git_plan)["/work/.devcontainer"] == (str(repo / ".devcontainer"), True)
     assert configured(git_plan, repo) == {".envrc": False, ".devcontainer": False}
     assert all(item.reason == "protect.paths" for item in git_plan.protections)
-    # Nothing was made for them: only git's own stand-ins are placeholders.
-    assert repo / ".envrc" not in git_plan.placeholders
+    # Nothing was made for them.
+    assert git_plan.placeholders == []
     assert (repo / ".envrc").read_text(encoding="utf-8") == "export A=1\n"
 
 
@@ -88,7 +97,7 @@ def test_a_missing_path_is_an_empty_directory_invisible_to_git(repo: Path, home:
     assert configured(git_plan, repo) == {".envrc": True}
     # Neither the human's git on the host nor `git add -A` inside would see it.
     assert run_git(repo, "status", "--porcelain", "--untracked-files=all") == ""
-    gitmounts.remove_placeholders(git_plan.placeholders, [repo, repo / ".git"])
+    gitmounts.remove_placeholders(git_plan.placeholders, repo)
     assert not stand_in.exists()
 
 
@@ -102,14 +111,14 @@ def test_a_missing_nested_path_gets_its_parents_made_and_pinned(repo: Path, home
     # .vscode is a mount point of its own (writable): it cannot be renamed away with
     # the read-only stand-in in it, and a new .vscode made in its place.
     assert found["/work/.vscode"] == (str(vscode), False)
-    gitmounts.remove_placeholders(git_plan.placeholders, [repo, repo / ".git"])
+    gitmounts.remove_placeholders(git_plan.placeholders, repo)
     assert not vscode.exists()
 
 
 def test_a_parent_the_agent_wrote_into_stays_at_stop(repo: Path, home: Path) -> None:
     git_plan = plan(repo, home, (".vscode/tasks.json",))
     (repo / ".vscode" / "settings.json").write_text("{}", encoding="utf-8")
-    gitmounts.remove_placeholders(git_plan.placeholders, [repo, repo / ".git"])
+    gitmounts.remove_placeholders(git_plan.placeholders, repo)
     assert not (repo / ".vscode" / "tasks.json").exists()
     assert (repo / ".vscode" / "settings.json").is_file()
 
@@ -164,7 +173,7 @@ def test_a_symlink_is_refused_before_anything_is_made(
     before = names(repo)
     with pytest.raises(ProtectedPathError, match=r"'\.vscode/tasks\.json' is, or is reached"):
         plan(repo, home, (".envrc", ".vscode/tasks.json"))
-    assert names(repo) == before  # no stand-in for .envrc, no .gitmodules
+    assert names(repo) == before  # no stand-in for .envrc either
 
 
 def test_the_symlink_message_says_what_to_do(repo: Path, home: Path) -> None:
@@ -193,15 +202,16 @@ def test_a_project_without_git_is_protected_too(home: Path) -> None:
         "/work/.envrc": (str(notes / ".envrc"), True),
     }
     assert git_plan.placeholders == [notes / ".envrc"]
-    assert git_plan.layout is None
-    gitmounts.remove_placeholders(git_plan.placeholders, [notes])
+    assert git_plan.common_dir is None
+    assert git_plan.protected == (".devcontainer", ".envrc")
+    gitmounts.remove_placeholders(git_plan.placeholders, notes)
     assert names(notes) == [".devcontainer"]
 
 
-def test_a_linked_worktree_is_protected_in_its_own_tree(repo: Path, home: Path) -> None:
+def test_a_worktree_is_protected_in_its_own_tree(repo: Path, home: Path) -> None:
     worktree = home / "worktrees" / "feature"
-    git.add_worktree(repo, worktree, "feature")
-    git_plan = plan(worktree, home, (".envrc",))
+    starting.make_worktree(repo, worktree, "feature")
+    git_plan = plan(worktree, home, (".envrc",), repository=repo)
     assert mounts(git_plan)["/work/.envrc"] == (str(worktree / ".envrc"), True)
     assert worktree / ".envrc" in git_plan.placeholders
     assert not (repo / ".envrc").exists()  # the main checkout is not the cloister's
@@ -219,7 +229,7 @@ def test_the_defaults(repo: Path, home: Path) -> None:
     git_plan = plan(repo, home)
     assert set(configured(git_plan, repo)) == set(DEFAULT_PROTECTED_PATHS)
     assert run_git(repo, "status", "--porcelain", "--untracked-files=all") == ""
-    gitmounts.remove_placeholders(git_plan.placeholders, [repo, repo / ".git"])
+    gitmounts.remove_placeholders(git_plan.placeholders, repo)
     assert names(repo) == [".git", "README"]
 
 
@@ -246,7 +256,11 @@ def test_a_repository_nested_in_a_protected_directory_is_read_only_whole(
     feature = make_repo(repo / ".devcontainer" / "features" / "feat")
     nested = [feature / ".git"]
     git_plan = gitmounts.plan(
-        repo, is_git=True, home=home, nested=nested, protect=DEFAULT_PROTECTED_PATHS
+        repo,
+        repository=Repository.of(repo),
+        home=home,
+        nested=nested,
+        protect=DEFAULT_PROTECTED_PATHS,
     )
     writable = [
         target

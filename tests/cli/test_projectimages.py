@@ -21,6 +21,7 @@ from typing import Any, cast
 import docker
 import docker.errors
 import pytest
+from docker.utils.build import PatternMatcher
 
 from cloister_cli import projectimages
 from cloister_cli.projectimages import (
@@ -31,11 +32,12 @@ from cloister_cli.projectimages import (
     ProjectImage,
     ProjectImageError,
 )
-from cloister_cli.projectimages.context import context_tar, scan
+from cloister_cli.projectimages.context import _ignore_patterns, context_tar, scan
 from cloister_cli.projectimages.model import Build as ImageBuild
 from cloister_cli.projectimages.plan import from_images
 from cloister_core.devcontainer import Devcontainer, load_devcontainer
 from cloister_core.paths import CloisterPaths
+from tests.tree_support import DEPTH, deep_tree
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 BASE = "debian:bookworm-slim"
@@ -692,3 +694,18 @@ def test_builder_lines_are_never_markup(monkeypatch: pytest.MonkeyPatch, capsys:
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     with output.build_progress() as progress:
         progress("img", "[/] \x1b[8m [bold")  # no MarkupError
+
+
+def test_the_scan_sends_what_dockers_walk_does_however_deep(project: Path) -> None:
+    context = project / ".devcontainer"
+    (context / ".dockerignore").write_text("cache\nlogs/*\n!logs/keep\nnode_modules\n")
+    for name in ("cache/a", "logs/drop", "logs/keep", "src/main.py", "node_modules/x/y"):
+        (context / name).parent.mkdir(parents=True, exist_ok=True)
+        (context / name).write_text("x\n")
+    (context / "to-src").symlink_to(context / "src")
+    expected = sorted(PatternMatcher([*_ignore_patterns(context)]).walk(str(context)))
+    assert [entry.name for entry in scan(context)] == expected
+    with deep_tree(context / "deep") as bottom:  # docker's own walk recurses: it stops here
+        names = [entry.name for entry in scan(context)]
+        assert str((bottom / "f").relative_to(context)) in names
+        assert len(names) == len(expected) + 2 * DEPTH + 1

@@ -16,15 +16,17 @@ import docker.errors
 import pytest
 from click.testing import CliRunner, Result
 
-from cloister_cli import executor_process, git, lifecycle, projects
+from cloister_cli import executor_process, git, gitdirs, lifecycle, projects, sessions, starting
 from cloister_cli import uninstall as library
+from cloister_cli.cloisters import Workspace
 from cloister_cli.lifecycle import Context, StopOutcome
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core import stack
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
-from tests.git_support import hermetic_git, make_repo
+from cloister_executor.gitsync import SyncError, SyncOutcome
+from tests.git_support import hermetic_git, make_repo, run_git
 
 
 @dataclass
@@ -285,7 +287,7 @@ def test_what_is_already_gone_is_said_and_is_no_failure(
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["failed"] == 0
-    assert document["guard_held"] == []
+    assert document["unsynced"] == []
     outcomes = {(step["kind"], step["target"]): step["outcome"] for step in document["steps"]}
     assert outcomes == {
         ("guardian", stack.PROJECT): "absent",
@@ -436,24 +438,48 @@ def test_purge_never_follows_a_link(
 
 @pytest.fixture
 def worktree(paths: CloisterPaths, tmp_path: Path) -> tuple[Path, Path]:
+    """A worktree as `cloister start -b feature/login` makes it (its session recorded)."""
     repo = make_repo(tmp_path / "src" / "api")
-    projects.register(paths, Project("api", repo, git=True))
+    project = Project("api", repo, git=True)
+    projects.register(paths, project)
     directory = paths.worktree("api", "feature-login")
-    git.add_worktree(repo, directory, "feature/login")
+    starting.make_worktree(repo, directory, "feature/login")
+    workspace = Workspace(project, directory, "feature/login")
+    sessions.prepare(paths, workspace, "api-feature-login", home=tmp_path / "home")
+    gitdirs.remove(paths, "api-feature-login")  # as its stop leaves it, synced
     return repo, directory
 
 
 @pytest.mark.usefixtures("engine")
-def test_purge_removes_worktrees_from_their_repository(
+def test_purge_removes_worktrees(
     env: dict[str, str], paths: CloisterPaths, worktree: tuple[Path, Path]
 ) -> None:
     repo, directory = worktree
     result = run(env, "--yes", "--purge")
     assert result.exit_code == 0, result.output
     assert f"removed worktree {directory} (its branch stays in {repo})\n" in result.output
-    assert [path for path, _ in git.list_worktrees(repo)] == [repo]
     assert git.branch_exists(repo, "feature/login")
     assert not paths.data_dir.exists()
+
+
+@pytest.mark.usefixtures("engine")
+def test_purge_makes_the_repository_forget_an_older_cloisters_worktree(
+    env: dict[str, str], paths: CloisterPaths, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "src" / "api")
+    projects.register(paths, Project("api", repo, git=True))
+    old = paths.worktree("api", "old")
+    old.parent.mkdir(parents=True)
+    run_git(repo, "worktree", "add", "-q", "-b", "old", str(old))
+    refused = run(env, "--yes", "--purge")  # Cloister cannot tell what it holds
+    assert refused.exit_code == 1
+    assert str(old) in refused.output
+    result = run(env, "--yes", "--purge", "--force")
+    assert result.exit_code == 0, result.output
+    assert f"removed worktree {old} (its branch stays in {repo})\n" in result.output
+    listed = run_git(repo, "worktree", "list", "--porcelain").splitlines()
+    assert [line for line in listed if line.startswith("worktree ")] == [f"worktree {repo}"]
+    assert git.branch_exists(repo, "old")
 
 
 @pytest.mark.usefixtures("engine")
@@ -476,26 +502,92 @@ def test_purge_refuses_uncommitted_work_without_force(
     assert not directory.exists()
 
 
-def test_a_held_guard_keeps_the_directories(
+def test_unsynced_commits_keep_the_directories(
     env: dict[str, str],
     paths: CloisterPaths,
     installed: FakeEngine,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Their git directories, in the data directory, hold the only copy of them."""
+
     def stop(context: Context, name: str) -> StopOutcome:
-        return StopOutcome(True, None, name == "web")
+        return StopOutcome(True, None, sync_error="boom" if name == "web" else None)
 
     monkeypatch.setattr(lifecycle, "stop", stop)
     result = run(env, "--yes", "--purge", "--json")
     assert result.exit_code == 1
     document = json.loads(result.stdout)
-    assert document["guard_held"] == ["web"]
+    assert document["unsynced"] == ["web"]
     kept = [step for step in document["steps"] if step["outcome"] == "kept"]
     assert [step["target"] for step in kept] == [str(paths.config_dir), str(paths.data_dir)]
-    assert "`cloister review NAME --fix` first" in kept[0]["message"]
-    assert "git's guard stays in the repository of cloister web" in result.stderr
+    assert "`cloister sync NAME` first" in kept[0]["message"]
+    assert "the commits of cloister web could not be brought back" in result.stderr
     assert paths.config_dir.exists()
     assert paths.data_dir.exists()
+
+
+@dataclass
+class FakeSyncer:
+    error: str | None = None
+    synced: list[str] = field(default_factory=list)
+
+    def sync(self, cloister: str, *, running: bool, assume_yes: bool = False) -> SyncOutcome:
+        assert not running
+        if self.error is not None:
+            raise SyncError(self.error)
+        self.synced.append(cloister)
+        return SyncOutcome(cloister, imported={"main": "a" * 40})
+
+
+@pytest.fixture
+def dead(paths: CloisterPaths, tmp_path: Path) -> Path:
+    """Cloister api's git directory and session, its container gone without a stop."""
+    repo = make_repo(tmp_path / "src" / "api")
+    workspace = Workspace(Project("api", repo, git=True), repo)
+    sessions.prepare(paths, workspace, "api", home=tmp_path / "home")
+    return paths.cloister_git_dir("api")
+
+
+@pytest.mark.usefixtures("engine")
+def test_a_cloister_whose_container_is_gone_gets_its_last_sync(
+    env: dict[str, str], paths: CloisterPaths, dead: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    syncer = FakeSyncer()
+    monkeypatch.setattr(Context, "syncer", property(lambda self: syncer))
+    result = run(env, "--yes", "--purge")
+    assert result.exit_code == 0, result.output
+    assert syncer.synced == ["api"]
+    assert "stopped cloister api\n" in result.output
+    assert not paths.data_dir.exists()
+
+
+@pytest.mark.usefixtures("engine")
+def test_a_cloister_whose_commits_cannot_be_brought_back_keeps_the_directories(
+    env: dict[str, str], paths: CloisterPaths, dead: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its git directory holds the only copy of its last commits."""
+    syncer = FakeSyncer(error="cloister api: the export failed")
+    monkeypatch.setattr(Context, "syncer", property(lambda self: syncer))
+    result = run(env, "--yes", "--purge", "--force", "--json")
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert document["unsynced"] == ["api"]
+    kept = [step["target"] for step in document["steps"] if step["outcome"] == "kept"]
+    assert kept == [str(paths.data_dir)]
+    assert (dead / "HEAD").is_file()
+
+
+def test_sync_containers_a_killed_sync_left_are_removed(
+    env: dict[str, str], installed: FakeEngine
+) -> None:
+    labels = {stack.LABEL_SYNC: "api"}
+    installed.containers.items.append(FakeContainer("cloister-sync-api-1", labels, installed))
+    result = run(env, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "removed container cloister-sync-api-1\n" in result.output
+    assert installed.log.index("rm cloister-sync-api-1") < installed.log.index(
+        "rmi cloister-proxy:latest"
+    )
 
 
 # -- the library on its own --------------------------------------------------------------------

@@ -105,6 +105,42 @@ hostexec:
     assert config.hostexec.timeout == timedelta(milliseconds=250)
 
 
+def test_git_section(paths: CloisterPaths) -> None:
+    assert load_global_config(paths).git.fast_forward is True  # the default file says so
+    assert "fast_forward: true" in default_config_text()
+    assert GlobalConfig().git.fast_forward is True
+    write(paths.config_file, "git:\n  fast_forward: false\n")
+    assert load_global_config(paths).git.fast_forward is False
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("git:\n  fastforward: false\n", "unknown key 'fastforward' in git"),
+        ("git:\n  fast_forward: sometimes\n", "git.fast_forward"),
+        ("git: [fast_forward]\n", "git"),
+    ],
+)
+def test_git_section_mistakes(paths: CloisterPaths, text: str, message: str) -> None:
+    write(paths.config_file, text)
+    with pytest.raises(ConfigError) as caught:
+        load_global_config(paths)
+    rendered = str(caught.value)
+    assert rendered.startswith(f"{paths.config_file}:"), rendered
+    assert message in rendered
+
+
+@pytest.mark.parametrize("mode", ["pause", "undo", "anything"])
+def test_the_obsolete_git_guard_is_accepted_and_dropped(paths: CloisterPaths, mode: str) -> None:
+    """`hostexec.git_guard` configured the guard of the human's .git, gone now that every
+    cloister has a git directory of its own: a config that still sets it loads."""
+    write(paths.config_file, f"hostexec:\n  git_guard: {mode}\n  git_hooks: true\n")
+    config = load_global_config(paths)
+    assert config.hostexec.git_hooks is True
+    assert "git_guard" not in config.hostexec.model_dump()
+    assert "git_guard:" not in default_config_text()
+
+
 def test_project_config(paths: CloisterPaths) -> None:
     write(
         paths.project_config("my-api"),

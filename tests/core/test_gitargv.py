@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from cloister_core.errors import InvalidCommandError
 from cloister_core.gitargv import (
+    READ_ONLY_SUBCOMMANDS,
     UnsafeGitCommandError,
     check_git_argv,
     is_git_program,
-    writes_only_the_index,
+    may_change_checkout,
+    revision_candidates,
 )
+from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 # --- argv -------------------------------------------------------------------------
 
@@ -52,6 +58,15 @@ ALLOWED: dict[str, list[str]] = {
     "bisect-start": ["git", "bisect", "start", "HEAD", "HEAD~3"],
     "alias-not-expanded": ["git", "st", "-sb"],
     "absolute-git": ["/usr/bin/git", "status"],
+    # A cloister's git directory is its own: resuming from its state is no longer refused.
+    "rebase-continue": ["git", "rebase", "--continue"],
+    "rebase-cont": ["git", "rebase", "--cont"],
+    "rebase-skip": ["git", "rebase", "--skip"],
+    "cherry-pick-continue": ["git", "cherry-pick", "--continue"],
+    "revert-skip": ["git", "revert", "--skip"],
+    "am-continue": ["git", "am", "--continue"],
+    "am-resolved": ["git", "am", "--resolved"],
+    "am-r": ["git", "am", "-r"],
 }
 
 
@@ -139,12 +154,9 @@ REFUSED: dict[str, tuple[list[str], str]] = {
     "clone-config": (["git", "clone", "--config", "filter.x.smudge=y", "u"], "--config"),
     "clone-template": (["git", "clone", "--template=./t", "u"], "--template=./t"),
     "init-separate-git-dir": (["git", "init", "--separate-git-dir=/x"], "--separate-git-dir"),
-    "rebase-continue": (["git", "rebase", "--continue"], "--continue"),
-    "rebase-cont": (["git", "rebase", "--cont"], "--cont"),
-    "cherry-pick-continue": (["git", "cherry-pick", "--continue"], "--continue"),
-    "revert-skip": (["git", "revert", "--skip"], "--skip"),
-    "am-resolved": (["git", "am", "--resolved"], "--resolved"),
     "checkout-index-prefix": (["git", "checkout-index", "-a", "--prefix=/x/"], "--prefix=/x/"),
+    "apply-fake-ancestor": (["git", "apply", "--build-fake-ancestor=/x", "p"], "--build-fake"),
+    "apply-fake-ancestor-prefix": (["git", "apply", "--b=/x", "p"], "--b=/x"),
     "fast-export-marks": (["git", "fast-export", "--export-marks=/x"], "--export-marks=/x"),
     "help-web": (["git", "help", "--web", "log"], "--web"),
     # short options, where they mean that
@@ -161,7 +173,6 @@ REFUSED: dict[str, tuple[list[str], str]] = {
     "clone-c-cluster": (["git", "clone", "-qc", "core.x=y", "src"], "-qc"),
     "archive-o": (["git", "archive", "-o", "/x.tar", "HEAD"], "-o"),
     "format-patch-o": (["git", "format-patch", "-o", "/x", "HEAD~1"], "-o"),
-    "am-r": (["git", "am", "-r"], "-r"),
     # programs named by a value
     "cherry-pick-strategy-path": (["git", "cherry-pick", "--strategy=x/../e", "a"], "x/../e"),
     "revert-strategy-separate": (["git", "revert", "--strategy", "x/../e", "a"], "x/../e"),
@@ -216,21 +227,166 @@ def test_is_git_program(argv0: str, expected: bool) -> None:
     assert is_git_program(argv0) is expected
 
 
+# --- what may change the checkout -----------------------------------------------------
+
+
 @pytest.mark.parametrize(
-    ("argv", "only_index"),
+    ("argv", "may_change"),
     [
-        (["git", "status", "--short"], True),
-        (["git", "-P", "log", "--oneline"], True),
-        (["git", "diff", "HEAD"], True),
-        (["git", "--no-pager", "show", "HEAD"], True),
-        (["git", "commit", "-m", "status"], False),
-        (["git", "fetch"], False),
-        (["git", "branch", "new"], False),
-        (["git", "tag", "-f", "x"], False),
-        (["git", "--version"], False),
-        (["git", "my-alias"], False),
+        (["git", "status", "--short"], False),
+        (["git", "-P", "log", "--oneline"], False),
+        (["git", "diff", "HEAD"], False),
+        (["git", "--no-pager", "show", "HEAD"], False),
+        (["git", "fetch", "origin"], False),
+        (["git", "push", "origin", "main"], False),
+        (["git", "ls-remote", "origin"], False),
+        (["git", "rev-parse", "HEAD"], False),
+        (["git", "--version"], False),  # no subcommand
+        (["git"], False),
+        (["git", "commit", "-m", "status"], True),  # the message is no subcommand
+        (["git", "checkout", "main"], True),
+        (["git", "switch", "-c", "x"], True),
+        (["git", "restore", "-s", "HEAD~1", "f"], True),
+        (["git", "reset", "--hard"], True),
+        (["git", "merge", "topic"], True),
+        (["git", "rebase", "--continue"], True),
+        (["git", "cherry-pick", "abc"], True),
+        (["git", "stash", "pop"], True),
+        (["git", "branch", "-f", "main", "x"], True),
+        (["git", "tag", "-f", "x"], True),
+        (["git", "update-ref", "refs/heads/main", "x"], True),
+        (["git", "-P", "apply", "p.diff"], True),
+        (["git", "my-alias"], True),  # unknown: it may
     ],
 )
-def test_writes_only_the_index(argv: list[str], only_index: bool) -> None:
-    """Only these run unconfined by Landlock (a full fork of the daemon is the cost)."""
-    assert writes_only_the_index(argv) is only_index
+def test_may_change_checkout(argv: list[str], may_change: bool) -> None:
+    assert may_change_checkout(argv) is may_change
+
+
+def test_every_read_only_subcommand_is_read_only() -> None:
+    for subcommand in READ_ONLY_SUBCOMMANDS:
+        assert not may_change_checkout(["git", subcommand, "--", "x"])
+        assert not may_change_checkout(["git", "--no-pager", subcommand])
+
+
+# --- the words that may name a revision -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["git", "checkout", "main"], ["main"]),
+        (["git", "-P", "checkout", "main"], ["main"]),
+        (["git", "status"], []),
+        (["git", "--version"], []),
+        (["git"], []),
+        # ranges: both ends
+        (["git", "cherry-pick", "A..B"], ["A", "B"]),
+        (["git", "cherry-pick", "A...B"], ["A", "B"]),
+        (["git", "cherry-pick", "..B"], ["B"]),
+        (["git", "cherry-pick", "A.."], ["A"]),
+        # negated, and the parent shorthands, name the commit itself
+        (["git", "cherry-pick", "^A", "B"], ["A", "B"]),
+        (["git", "cherry-pick", "A^!"], ["A"]),
+        (["git", "cherry-pick", "A^@"], ["A"]),
+        (["git", "cherry-pick", "A^-"], ["A"]),
+        (["git", "cherry-pick", "A^-2"], ["A"]),
+        (["git", "cherry-pick", "A~2^!"], ["A~2"]),
+        # what git resolves as it is stays as it is
+        (["git", "checkout", "A~1"], ["A~1"]),
+        (["git", "checkout", "A^{tree}"], ["A^{tree}"]),
+        (["git", "checkout", ":/fix the bug"], [":/fix the bug"]),
+        (["git", "checkout", "A:.envrc"], ["A:.envrc"]),
+        # options: a value after `=`, attached, or the next word
+        (["git", "rebase", "--onto=A", "B"], ["A", "B"]),
+        (["git", "rebase", "--onto", "A", "B"], ["A", "B"]),
+        (["git", "checkout", "-b", "new", "start"], ["new", "start"]),
+        (["git", "checkout", "--", "f"], ["f"]),
+        # words after `--` are kept: which of them git reads as a revision is its to say
+        (["git", "checkout", "main", "--", "a..b", "c"], ["main", "a", "b", "c"]),
+        (["git", "reset", "--", "^x"], ["x"]),
+        # a word with a line break is kept (the executor refuses it)
+        (["git", "checkout", "a\nb"], ["a\nb"]),
+        # duplicates once, in order
+        (["git", "cherry-pick", "A", "A..B", "B"], ["A", "B"]),
+    ],
+)
+def test_revision_candidates(argv: list[str], expected: list[str]) -> None:
+    assert revision_candidates(argv) == expected
+
+
+@pytest.mark.parametrize("subcommand", ["checkout", "switch", "merge", "rebase", "cherry-pick"])
+def test_a_lone_dash_is_the_previous_branch(subcommand: str) -> None:
+    assert revision_candidates(["git", subcommand, "-"]) == ["@{-1}"]
+
+
+def test_a_lone_dash_elsewhere_names_nothing() -> None:
+    assert revision_candidates(["git", "reset", "-"]) == []
+    assert revision_candidates(["git", "checkout", "-b", "new", "-"]) == ["new", "@{-1}"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "revision"),
+    [
+        # `git restore -s<rev>` and `-qS -W -s<rev>` clusters: the value is attached
+        (["git", "restore", "-scloister/api/evil", ".envrc"], "cloister/api/evil"),
+        (["git", "restore", "-qqWScloister/api/evil", ".envrc"], "cloister/api/evil"),
+        (["git", "restore", "-s=x", ".envrc"], "x"),
+        (["git", "restore", "-sA..B"], "B"),
+        (["git", "restore", "--source=A^!", "f"], "A"),
+        (["git", "checkout", "-bnew", "start"], "new"),
+    ],
+)
+def test_attached_option_values_are_candidates(argv: list[str], revision: str) -> None:
+    assert revision in revision_candidates(argv)
+
+
+def test_attached_values_are_bounded() -> None:
+    """A long cluster gives one candidate per distinct letter, not one per position."""
+    word = "-" + "q" * 5000 + "s" + "x" * 5000
+    found = revision_candidates(["git", "restore", word, "f"])
+    assert "x" * 5000 in found
+    assert len(found) <= 96
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["evil"],
+        ["evil^!"],
+        ["evil^@"],
+        ["evil^-"],
+        ["evil^-1"],
+        ["^main", "evil"],
+        ["main..evil"],
+        ["main...evil"],
+        ["-sevil", "f"],
+        ["-qWsevil", "f"],
+        ["--source=evil", "f"],
+        ["-s", "evil", "f"],
+        ["--onto=evil", "main"],
+        ["-m1", "evil"],
+    ],
+)
+def test_a_revision_git_would_use_is_among_the_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: list[str]
+) -> None:
+    """What the executor does with the candidates: `git cat-file --batch-check` on each.
+    The commit git's commands take from these words must be one of the answers."""
+    hermetic_git(monkeypatch)
+    repo = make_repo(tmp_path / "repo")
+    run_git(repo, "checkout", "-q", "-b", "evil")
+    (repo / ".envrc").write_text("evil\n", encoding="utf-8")
+    run_git(repo, "add", ".envrc")
+    run_git(repo, "commit", "-q", "-m", "evil")
+    run_git(repo, "checkout", "-q", "main")
+    evil = run_git(repo, "rev-parse", "evil")
+    candidates = revision_candidates(["git", "cherry-pick", *words])
+    answers = subprocess.run(
+        [GIT, "-C", str(repo), "cat-file", "--batch-check=%(objectname)"],
+        input="".join(f"{word}\n" for word in candidates),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert evil in answers, (candidates, answers)

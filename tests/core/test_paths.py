@@ -47,6 +47,11 @@ def test_well_known_files() -> None:
     assert paths.compose_file == Path("/d/guardian/compose.yaml")
     # Not in logs/, where a cloister called "executor" keeps its log.
     assert paths.executor_log == Path("/d/guardian/executor.log")
+    assert paths.session_file("my-api") == Path("/d/sessions/my-api.json")
+    # The cloisters' own git directories, and the .git file of one whose /work/.git is a file.
+    assert paths.git_dirs_dir == Path("/d/gitdirs")
+    assert paths.cloister_git_dir("my-api") == Path("/d/gitdirs/my-api")
+    assert paths.git_pointer("my-api") == Path("/d/gitdirs/my-api.pointer")
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ""])
@@ -57,6 +62,9 @@ def test_names_cannot_escape(name: str) -> None:
         paths.project_decisions,
         paths.token_file,
         paths.cloister_log,
+        paths.session_file,
+        paths.cloister_git_dir,
+        paths.git_pointer,
     ):
         with pytest.raises(CloisterNameError):
             make(name)

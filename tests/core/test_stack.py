@@ -21,3 +21,11 @@ def test_no_cloister_can_be_named_like_a_service(alias: str) -> None:
 def test_addresses() -> None:
     assert stack.credentials_url("/claude") == "http://cloister-guardian-credentials:9997/claude"
     assert stack.container("proxy") == stack.PROXY_ALIAS
+
+
+def test_the_sync_containers_names() -> None:
+    # The throwaway export containers carry their own label, never a cloister's.
+    assert stack.LABEL_SYNC.startswith("org.cloister.")
+    assert stack.LABEL_SYNC not in {stack.LABEL_CLOISTER, stack.LABEL_PROJECT}
+    assert stack.GIT_IMAGE.startswith("cloister-git")
+    assert ":" in stack.GIT_IMAGE  # a tag: never whatever "latest" a registry has

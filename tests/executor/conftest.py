@@ -34,7 +34,7 @@ TIMEOUT = 10.0
 HOST_PATH = os.environ.get("PATH") or DEFAULT_PATH
 ANSWER: TypeAdapter[ExecResult | ExecRefusal] = TypeAdapter(ExecResult | ExecRefusal)
 # The daemon's own tasks, which run until it stops (not requests in flight).
-LONG_LIVED = frozenset({"ExecutorDaemon._accept", "GitGuard.run"})
+LONG_LIVED = frozenset({"ExecutorDaemon._accept", "SyncWatch.run"})
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT, what: str = "") -> None:

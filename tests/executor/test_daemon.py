@@ -21,15 +21,19 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cloister_core.sessions import SessionRecord, write_session
 from cloister_executor import daemon as daemon_module
 from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings, ensure_secret
+from cloister_executor.gitsync import Syncer
 from cloister_executor.locations import run_dir, socket_path
 from cloister_executor.protocol import MAX_REQUEST_BYTES, ExecResult, ExecutorState
+from cloister_executor.syncwatch import SyncWatch
 from tests.executor.conftest import (
     HOST_PATH,
     TIMEOUT,
@@ -479,6 +483,74 @@ def test_many_requests_are_served_concurrently(harness: DaemonHarness) -> None:
     assert [result.exit_code for result in results] == [0] * 11
     assert results[-1].stdout_text == "quick\n"
     assert time.monotonic() - started < 2.0  # 3 s if served one at a time; loose on purpose
+
+
+# --- git: the syncer and the watch ------------------------------------------------------------
+
+
+def test_the_watch_and_the_engine_follow_the_settings(tmp_path: Path) -> None:
+    def daemon(environment: dict[str, str], **settings: Any) -> ExecutorDaemon:
+        return ExecutorDaemon(
+            ExecutorSettings(
+                config_dir=tmp_path / "config", data_dir=tmp_path / "data", **settings
+            ),
+            lambda line: None,
+            environment,
+        )
+
+    default = daemon({"PATH": HOST_PATH})
+    assert isinstance(default.watch, SyncWatch)
+    assert default.watch.syncer is default.syncer
+    assert default.syncer.engine.socket == "/var/run/docker.sock"
+    assert default.syncer.fast_forward is True
+    assert daemon({}, watch=False).watch is None
+    from_env = daemon({"DOCKER_HOST": "unix:///run/d.sock"})
+    assert from_env.syncer.engine.socket == "/run/d.sock"
+    chosen = daemon({"DOCKER_HOST": "unix:///run/d.sock"}, docker_host="unix:///chosen.sock")
+    assert chosen.syncer.engine.socket == "/chosen.sock"
+
+
+def test_git_fast_forward_comes_from_the_config(harness: DaemonHarness) -> None:
+    harness.write_config("git:\n  fast_forward: false\n")
+    harness.start()
+    assert as_result(harness.request(["true"])).exit_code == 0
+    assert harness.daemon.syncer.fast_forward is False
+    harness.write_config("git:\n  fast_forward: true\n")
+    assert as_result(harness.request(["true"])).exit_code == 0
+    assert harness.daemon.syncer.fast_forward is True
+
+
+def test_a_sync_that_fails_unexpectedly_does_not_stop_the_daemon(
+    harness: DaemonHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def broken(self: Syncer, cloister: str, *, running: bool, assume_yes: bool = False) -> None:
+        calls.append(cloister)
+        raise RuntimeError("something unforeseen")
+
+    monkeypatch.setattr(Syncer, "sync", broken)
+    write_session(
+        harness.paths,
+        SessionRecord(
+            cloister="demo",
+            project="demo",
+            worktree=str(harness.project),
+            checkout=str(harness.project),
+            common_dir=str(harness.project / ".git"),
+            started_at=datetime.now(UTC),
+        ),
+    )
+    harness.start()
+    wait_until(lambda: calls == ["demo"], what="the watch's sync")
+    wait_until(
+        lambda: (
+            harness.paths.audit_log.exists()
+            and "git.sync.failed" in harness.paths.audit_log.read_text(encoding="utf-8")
+        ),
+        what="the failure in the audit log",
+    )
+    assert as_result(harness.request(["echo", "still here"])).stdout_text == "still here\n"
 
 
 # --- TCP (Docker Desktop only) ----------------------------------------------------------------

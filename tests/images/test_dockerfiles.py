@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
 HADOLINT_CONFIG = IMAGES / ".hadolint.yaml"
 DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
-REQUIRED_IMAGES = {"cloister", "cloister-slim", "proxy", "approval", "gateway"}
+REQUIRED_IMAGES = {"cloister", "cloister-slim", "proxy", "approval", "gateway", "git"}
 
 # What the classic builder accepts on COPY/ADD; every RUN flag needs BuildKit.
 CLASSIC_COPY_FLAGS = ("--chown", "--from")
@@ -230,3 +230,16 @@ def test_the_parser_reads_continuations_flags_and_json_form() -> None:
     assert HEREDOC.search("cat <<EOF > /x")
     assert HEREDOC.search("cat <<-'EOF'")
     assert not HEREDOC.search("tr a b <<< text")
+
+
+def test_the_git_export_script_is_executable_posix_sh() -> None:
+    """``cloister-git-export`` runs as the git image's entrypoint under Debian's dash."""
+    script = IMAGES / "git" / "cloister-git-export"
+    assert script.read_text(encoding="utf-8").startswith("#!/bin/sh\n")
+    assert os.access(script, os.X_OK), f"{script} is not executable (the context keeps modes)"
+    shell = shutil.which("dash") or shutil.which("sh")
+    assert shell is not None
+    result = subprocess.run(
+        [shell, "-n", str(script)], capture_output=True, text=True, check=False, timeout=30
+    )
+    assert result.returncode == 0, result.stderr

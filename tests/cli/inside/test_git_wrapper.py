@@ -439,6 +439,8 @@ def test_the_message_says_what_why_and_how_on_the_host(guarded: Guarded) -> None
         " push rewrites history others may already have.",
         "cloister: to do it anyway, run it on the host:",
         "  git -C \"$(cloister path web-api)\" push --force origin 'it'\\''s main'",
+        "cloister: (this cloister's branches are refs/cloister/web-api/BRANCH there, after"
+        " `cloister sync web-api`)",
     ]
 
 
@@ -450,7 +452,7 @@ def test_the_host_command_keeps_the_directory_and_the_global_options(guarded: Gu
     work = {"CLOISTER_CLOISTER": "web-api", "CLOISTER_WORK": str(guarded.repo)}
     result = guarded.run("-C", "lib", "push", "-f", "origin", "~main", env=work, cwd=nested)
     assert result.returncode == REFUSED
-    assert result.stderr.splitlines()[-1] == (
+    assert result.stderr.splitlines()[-2] == (
         "  git -C \"$(cloister path web-api)\"'/vendor' '-C' 'lib' push -f origin '~main'"
     )
     elsewhere = guarded.run("push", "-f", "origin", "main", env={"CLOISTER_WORK": "/work"})

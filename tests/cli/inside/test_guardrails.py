@@ -24,6 +24,7 @@ from cloister_cli import (
     starting,
 )
 from cloister_cli.cloisters import ContainerPlan, Extras, Forbidden, Workspace
+from cloister_cli.gitdirs import Repository
 from cloister_cli.inside import guardrails as guardrails_module
 from cloister_cli.inside.guardrails import (
     BIN,
@@ -63,7 +64,9 @@ def plan_for(
         limits=DefaultsConfig(),
         refs=(),
         forbidden=Forbidden.for_host(paths, tmp_path / "home"),
-        git_plan=gitmounts.plan(repo, is_git=True, home=tmp_path / "home", create=False),
+        git_plan=gitmounts.plan(
+            repo, repository=Repository.of(repo), home=tmp_path / "home", create=False
+        ),
         extras=extras,
         guardrails=guardrails,
     )

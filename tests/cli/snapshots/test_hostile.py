@@ -19,6 +19,7 @@ from cloister_core.config.models import SnapshotsConfig
 from cloister_core.snapshots import SnapshotError, pool_dir, read_records, records_dir
 from tests.cli.snapshots.conftest import Scene
 from tests.git_support import GIT, run_git
+from tests.tree_support import deep_tree
 
 
 def fsck(repo: Path) -> subprocess.CompletedProcess[str]:
@@ -261,3 +262,26 @@ def test_a_ref_name_that_is_not_utf8_is_counted_not_mangled(scene: Scene) -> Non
     record = take(scene.paths, scene.target(), scene.settings)
     assert record.unsupported_refs == 1
     assert all(name.isprintable() for name in record.refs)
+
+
+def test_a_tree_deeper_than_pythons_recursion_limit_in_the_git_directory(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # Where a restore walks (links, FIFOs and locks are cleared there), the agent can
+    # nest directories deeper than Python's recursion limit.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    with deep_tree(scene.repo / ".git" / "deep") as planted:
+        record = take(scene.paths, scene.target(), scene.settings)
+        (planted / "link").symlink_to(victim)
+        (planted / "index.lock").write_text("", encoding="utf-8")
+        scene.git("reset", "-q", "--hard", "HEAD~1")
+
+        outcome = restore(scene.paths, record, scene.settings)
+
+        assert scene.git("log", "-1", "--format=%s") == "commit 4"
+        assert not (planted / "link").is_symlink()
+        assert not (planted / "index.lock").exists()
+        assert (planted / "f").is_file()
+        assert any(str(planted / "link") in note for note in outcome.notes)
+        assert list(victim.iterdir()) == []

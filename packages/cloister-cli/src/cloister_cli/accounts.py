@@ -10,12 +10,12 @@ mounted read-only over the image's.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import pwd
 import re
-import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from cloister_core import beneath
 from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths
 
@@ -132,7 +133,8 @@ def write(paths: CloisterPaths, cloister: str, accounts: Accounts) -> tuple[Path
 
 
 def remove(paths: CloisterPaths, cloister: str) -> None:
-    shutil.rmtree(accounts_dir(paths, cloister), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        beneath.remove_tree(accounts_dir(paths, cloister))
 
 
 def valid_name(name: str) -> bool:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import stat
 import tomllib
 from dataclasses import dataclass, field
@@ -158,20 +157,22 @@ def disarm_repositories(root: Path, limit: int = 50_000) -> list[str]:
 
     A repository the agent plants in its state directory would run its code (its
     fsmonitor, hooks) in the human's git-aware prompt or editor that opens the
-    directory. Walked without following links, at most *limit* entries.
+    directory. Walked without following links (nor recursion: the agent nests as deep as
+    it likes), at most *limit* entries.
     """
     renamed: list[str] = []
     seen = 0
-    for directory, subdirectories, files in os.walk(root, followlinks=False):
+    for directory, subdirectories, files, fd in beneath.fwalk(root):
         seen += len(subdirectories) + len(files)
         if seen > limit:
             break
-        relative = Path(directory).relative_to(root)
         if GIT in subdirectories or GIT in files:
             subdirectories[:] = [name for name in subdirectories if name != GIT]
+            relative = Path(directory).relative_to(root)
             target = str(relative / GIT) if relative.parts else GIT
-            with contextlib.suppress(OSError), beneath.parent_of(root, target) as (fd, name):
-                os.rename(name, f"{GIT}.disabled-by-cloister", src_dir_fd=fd, dst_dir_fd=fd)
+            # Relative to the directory listed: the same one however deep, one step.
+            with contextlib.suppress(OSError):
+                os.rename(GIT, f"{GIT}.disabled-by-cloister", src_dir_fd=fd, dst_dir_fd=fd)
                 renamed.append(target)
     return renamed
 
@@ -290,7 +291,7 @@ def remove(paths: CloisterPaths, project: str) -> Path | None:
         return None
     try:
         make_writable(directory)
-        shutil.rmtree(directory)  # never follows a link (the fd-based walk on Linux)
+        beneath.remove_tree(directory)
     except OSError as error:
         raise CloisterError(f"cannot delete {directory}: {error.strerror or error}") from None
     return directory
@@ -299,7 +300,7 @@ def remove(paths: CloisterPaths, project: str) -> Path | None:
 def make_writable(directory: Path) -> None:
     """Every directory below *directory* 0700 (the agent may have made some read-only),
     links never followed: nothing of the agent runs while its project is removed."""
-    for current, subdirectories, _ in os.walk(directory, followlinks=False):
+    for current, subdirectories, _ in beneath.walk(directory):
         for name in subdirectories:
             path = Path(current) / name
             with contextlib.suppress(OSError):

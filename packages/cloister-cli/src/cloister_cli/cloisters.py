@@ -5,10 +5,10 @@ user so files in ``/work`` stay the user's, with every capability dropped,
 ``no-new-privileges``, an init process, and the pids/memory/CPU limits of
 ``defaults``. It can write its working tree and nothing else of the host:
 
-* ``/work`` is the project (or the worktree) read-write; its git directory is a mount
-  of its own (so it cannot be renamed away and replaced), and every file through which
-  git would run code on the host the next time the human uses it is mounted read-only
-  over it (:mod:`cloister_cli.gitmounts`);
+* ``/work`` is the project (or the worktree) read-write, but its git directory is the
+  cloister's own (:mod:`cloister_cli.gitdirs`), never the human's, and every path of
+  the work tree through which git would run code on the host the next time the human
+  uses it is mounted read-only over it (:mod:`cloister_cli.gitmounts`);
 * each project ref is read-only at ``/refs/<name>``;
 * the protected paths of the configuration are read-only too, and ``/.cloister`` (with
   ``CLOISTER=1`` and ``CLOISTER_NAME``) tells tools they run inside
@@ -288,8 +288,14 @@ def plan(
     """
     forbidden.check(workspace.directory, "the project")
     for mount in git_plan.mounts:
-        forbidden.check(Path(mount["Source"]), "the git directory")
-    mounts = [bind(workspace.directory, "/work", read_only=False), *git_plan.mounts]
+        forbidden.check(Path(mount["Source"]), "a path of the project")
+    # The cloister's own git directory (under <data>: not checked) and the human's
+    # object stores, read-only; then the read-only paths of the work tree over /work.
+    mounts = [
+        bind(workspace.directory, "/work", read_only=False),
+        *git_plan.own_mounts,
+        *git_plan.mounts,
+    ]
     mounts += ref_mounts(workspace, refs, forbidden)
     mounts += agent_mounts  # Cloister's own directories under <data>: not checked
     if accounts is not None:

@@ -1,14 +1,16 @@
 """``cloister gc`` as library calls: what cloisters that are gone left behind.
 
-A cloister normally ends with ``cloister stop``, which removes its token, releases
-what its start put in the repository (the ``commondir`` pin, the read-only
-placeholders, the git guard) and reviews what the agent left. A CLI killed half-way
-through a start, a container removed with ``docker rm``, or a machine that rebooted
-leaves those behind. :func:`survey` finds them, :func:`collect` removes them:
+A cloister normally ends with ``cloister stop``, which removes its token, brings its
+commits back from its own git directory (and removes that), removes the read-only
+placeholders the start made in the work tree and reviews what the agent left. A CLI
+killed half-way through a start, a container removed with ``docker rm``, or a machine
+that rebooted leaves those behind. :func:`survey` finds them, :func:`collect` removes
+them:
 
-* a *dead cloister* (a token file or an unfinished session record with no container)
-  is stopped as ``cloister stop`` would (:func:`cloister_cli.lifecycle.stop`, review
-  included);
+* a *dead cloister* (a token file, an unfinished session record or a git directory of
+  its own, with no container) is stopped as ``cloister stop`` would
+  (:func:`cloister_cli.lifecycle.stop`: its commits synced, review included);
+* a *sync container* that a killed ``cloister sync`` left is removed;
 * *expired snapshots* are removed by the ``snapshots:`` rules, with pool files no kept
   snapshot needs, and scratch directories of snapshots that were interrupted;
 * a *stale port forwarder* (``cloister port``) whose cloister is gone is removed: the
@@ -20,19 +22,22 @@ leaves those behind. :func:`survey` finds them, :func:`collect` removes them:
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cloister_cli import cloisters, lifecycle, listing, ports
+import docker.errors
+
+from cloister_cli import cloisters, git, gitdirs, lifecycle, listing, ports
 from cloister_cli.lifecycle import Context, StopOutcome
 from cloister_cli.snapshots.pool import prune
 from cloister_cli.snapshots.take import expire_project, holding_pool
-from cloister_core import beneath
+from cloister_core import beneath, stack
 from cloister_core.errors import CloisterNameError
 from cloister_core.names import validate_cloister_name
+from cloister_core.owngit import POINTER
 from cloister_core.sessions import list_sessions
 from cloister_core.snapshots import (
     SnapshotRecord,
@@ -60,6 +65,7 @@ class Survey:
     scratch: list[Path] = field(default_factory=list)
     orphans: list[Orphan] = field(default_factory=list)
     stale_ports: list[str] = field(default_factory=list)  # forwarders of gone cloisters
+    syncs: list[str] = field(default_factory=list)  # export containers left behind
 
     @property
     def empty(self) -> bool:
@@ -69,6 +75,7 @@ class Survey:
             or self.scratch
             or self.orphans
             or self.stale_ports
+            or self.syncs
         )
 
 
@@ -80,6 +87,7 @@ class Collected:
     scratch: int = 0
     worktrees: list[Path] = field(default_factory=list)
     forwarders: list[str] = field(default_factory=list)
+    syncs: int = 0
 
 
 def _names(directory: Path, suffix: str = "") -> set[str]:
@@ -106,42 +114,56 @@ def dead_cloisters(context: Context) -> list[str]:
     candidates = _names(context.paths.tokens_dir)
     candidates |= {record.cloister for record in list_sessions(context.paths) if record.running}
     candidates |= _names(data / "markers", ".json") | _names(data / "accounts")
+    # A git directory its stop could not sync (not one kept aside as <name>.unsynced-…
+    # by a later start, nor a half-made one: neither has a session record to sync by).
+    candidates |= {
+        name
+        for name in _names(context.paths.git_dirs_dir)
+        if (context.paths.git_dirs_dir / name).is_dir()
+        and context.paths.session_file(name).is_file()
+    }
     return sorted(name for name in candidates if cloisters.find(context.docker, name) is None)
 
 
 def orphan_worktrees(context: Context) -> list[Orphan]:
     """Worktrees under ``<data>/worktrees`` no cloister works in whose repository is
-    gone or does not list them any more."""
+    gone (or, made by an older Cloister, does not list them any more)."""
     used = {info.path for info in listing.list_cloisters(context.docker)}
-    found = []
-    base = context.paths.worktrees_dir
-    for project in sorted(base.iterdir()) if base.is_dir() else ():
-        for directory in sorted(project.iterdir()) if project.is_dir() else ():
-            if not directory.is_dir() or directory.is_symlink() or str(directory) in used:
-                continue
-            reason = _orphaned(directory)
-            if reason is not None:
-                found.append(Orphan(directory, project.name, reason))
-    return found
+    return [
+        Orphan(made.directory, made.project, reason)
+        for made in gitdirs.made_worktrees(context.paths)
+        if str(made.directory) not in used and (reason := _orphaned(made)) is not None
+    ]
 
 
-def _orphaned(worktree: Path) -> str | None:
-    """Why *worktree* no longer belongs to a repository, or None when it does."""
-    pointer = beneath.read_regular(worktree, ".git", limit=4096)
+def _orphaned(made: gitdirs.MadeWorktree) -> str | None:
+    """Why *made* no longer belongs to a repository, or None when it does."""
+    pointer = beneath.read_regular(made.directory, ".git", limit=4096)
+    if pointer == POINTER:
+        if made.checkout is None:
+            return f"no project {made.project!r} names a repository any more"
+        if git.toplevel(made.checkout) is None:
+            return f"its repository ({made.checkout}) is gone"
+        return None
+    # A worktree an older Cloister registered with `git worktree add`.
     if pointer is None or not pointer.startswith("gitdir: "):
         return "it has no .git file"
     git_dir = Path(pointer.removeprefix("gitdir: ").strip())
     if not git_dir.is_dir():
         return f"its repository's record of it ({git_dir}) is gone"
     back = beneath.read_regular(git_dir, "gitdir", limit=4096)
-    if back is None or Path(back.strip()) != worktree / ".git":
+    if back is None or Path(back.strip()) != made.directory / ".git":
         return f"{git_dir} belongs to another worktree now"
     return None
 
 
 def _scratch(context: Context, now: float) -> list[Path]:
     found = []
-    for directory in sorted(context.paths.snapshots_dir.glob("*/tmp/*")):
+    interrupted = [
+        *context.paths.snapshots_dir.glob("*/tmp/*"),
+        *context.paths.git_dirs_dir.glob(".sync-*"),
+    ]
+    for directory in sorted(interrupted):
         try:
             if now - directory.lstat().st_mtime > SCRATCH_AGE_SECONDS:
                 found.append(directory)
@@ -174,7 +196,19 @@ def survey(context: Context, *, now: datetime | None = None) -> Survey:
             for forward in ports.forwards(context.docker)
             if forward.status == "stale"
         ],
+        syncs=_finished_syncs(context),
     )
+
+
+def _finished_syncs(context: Context) -> list[str]:
+    """Export containers that are not running (a running one is a sync in progress)."""
+    return [
+        container.name or container.short_id
+        for container in context.docker.containers.list(
+            all=True, filters={"label": stack.LABEL_SYNC}
+        )
+        if container.status != "running"
+    ]
 
 
 def collect(
@@ -191,6 +225,10 @@ def collect(
     # After the dead cloisters' stop (which removes their forwarders): what is left belongs
     # to a cloister removed outside Cloister, and may reach another one's address by now.
     done.forwarders = ports.remove_stale(context.docker)
+    for name in found.syncs:
+        with contextlib.suppress(docker.errors.NotFound):
+            context.docker.containers.get(name).remove(force=True)
+            done.syncs += 1
     settings = context.config.snapshots
     for project in sorted(path.name for path in context.paths.snapshots_dir.glob("*/")):
         done.snapshots += len(expire_project(context.paths, project, settings))
@@ -200,10 +238,11 @@ def collect(
             kept = needed_files(read_records(context.paths, project))
             done.pool_files += prune(pool_dir(context.paths, project), kept)
     for directory in found.scratch:
-        shutil.rmtree(directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            beneath.remove_tree(directory)
         done.scratch += 1
     for orphan in found.orphans:
         if remove_worktree(orphan):
-            shutil.rmtree(orphan.path)
+            beneath.remove_tree(orphan.path)
             done.worktrees.append(orphan.path)
     return done

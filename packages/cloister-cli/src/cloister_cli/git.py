@@ -1,28 +1,20 @@
 """The git operations the CLI needs, as argv calls of the ``git`` program.
 
-Every call runs ``git -C <dir> ...`` without a shell, with the hardened settings of
-:mod:`cloister_core.gitsafety` (no fsmonitor, no hooks, no submodule recursion): the
-repositories Cloister reads may hold what an agent planted. Errors become
+Every call runs ``git -C <dir> ...`` through :func:`cloister_core.gitrun.run_git` (argv,
+the hardened settings of :mod:`cloister_core.gitsafety`, a timeout); errors are
 :class:`GitError` with git's own message.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloister_core.errors import CloisterError
-from cloister_core.gitsafety import git_environment
+from cloister_core.gitrun import GitError, run_git
 
-GIT_TIMEOUT = 60.0
-
-
-class GitError(CloisterError):
-    """A git command failed; the message is git's."""
+__all__ = ["GitError"]
 
 
 def _git(
@@ -33,28 +25,8 @@ def _git(
     env: Mapping[str, str] | None = None,
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``git -C directory ARGS``, hardened; *hooks* keeps the repository's hooks setting
-    (only for reading it: the hardened one points it at nothing); *env* adds variables of
-    Cloister's own (a temporary index or object directory) after the hardening."""
-    program = shutil.which("git")
-    if program is None:
-        raise GitError("git is not installed")
-    try:
-        result = subprocess.run(
-            [program, "-C", str(directory), *args],
-            capture_output=True,
-            encoding="utf-8",
-            errors="surrogateescape",  # file names are bytes; the agent chooses some
-            check=False,
-            env=git_environment(os.environ, hooks=hooks) | dict(env or {}),
-            timeout=GIT_TIMEOUT,
-            **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
-        )
-    except subprocess.TimeoutExpired:
-        raise GitError(f"git {' '.join(args)} took over {GIT_TIMEOUT:g}s in {directory}") from None
-    if check and result.returncode != 0:
-        raise GitError(f"git {' '.join(args)} failed in {directory}: {result.stderr.strip()}")
-    return result
+    """``git -C directory ARGS`` through core's runner (:func:`run_git`)."""
+    return run_git("-C", str(directory), *args, check=check, hooks=hooks, env=env, input=input)
 
 
 def run(
@@ -64,7 +36,7 @@ def run(
     env: Mapping[str, str] | None = None,
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Any git command, hardened (see :func:`_git`), for the modules that need one."""
+    """Any git command in *directory*, hardened, for the modules that need one."""
     return _git(directory, *args, check=check, env=env, input=input)
 
 
@@ -94,17 +66,6 @@ def layout(worktree: Path) -> Layout:
     return Layout(Path(top), Path(gitdir), common_path)
 
 
-def common_dir(worktree: Path) -> Path:
-    """The repository's shared git directory (the main checkout's ``.git``)."""
-    return layout(worktree).common_dir
-
-
-def worktree_config(worktree: Path) -> bool:
-    """Whether ``extensions.worktreeConfig`` is on (git then reads ``config.worktree``)."""
-    result = _git(worktree, "config", "--bool", "--get", "extensions.worktreeConfig", check=False)
-    return result.stdout.strip() == "true"
-
-
 def remote_url(worktree: Path) -> str | None:
     result = _git(worktree, "remote", "get-url", "origin", check=False)
     return result.stdout.strip() or None if result.returncode == 0 else None
@@ -121,46 +82,6 @@ def check_branch_name(repository: Path, branch: str) -> None:
     result = _git(repository, "check-ref-format", "--branch", branch, check=False)
     if result.returncode != 0:
         raise GitError(f"{branch!r} is not a valid branch name")
-
-
-def add_worktree(repository: Path, destination: Path, branch: str) -> None:
-    """Check *branch* out at *destination*: the branch if it exists, else new from HEAD."""
-    check_branch_name(repository, branch)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    if branch_exists(repository, branch):
-        _git(repository, "worktree", "add", str(destination), branch)
-    else:
-        _git(repository, "worktree", "add", "-b", branch, str(destination))
-
-
-def remove_worktree(repository: Path, worktree: Path, *, force: bool) -> None:
-    _git(repository, "worktree", "remove", *(["--force"] if force else []), str(worktree))
-
-
-def is_dirty(worktree: Path) -> bool:
-    """Uncommitted changes or untracked files."""
-    return bool(_git(worktree, "status", "--porcelain").stdout.strip())
-
-
-def current_branch(worktree: Path) -> str | None:
-    result = _git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
-    return result.stdout.strip() or None
-
-
-def list_worktrees(repository: Path) -> list[tuple[Path, str | None]]:
-    """(path, branch) of every working tree of the repository, main checkout first."""
-    found: list[tuple[Path, str | None]] = []
-    path: Path | None = None
-    branch: str | None = None
-    for line in [*_git(repository, "worktree", "list", "--porcelain").stdout.splitlines(), ""]:
-        if line.startswith("worktree "):
-            path, branch = Path(line.removeprefix("worktree ")), None
-        elif line.startswith("branch "):
-            branch = line.removeprefix("branch refs/heads/")
-        elif not line and path is not None:
-            found.append((path, branch))
-            path = None
-    return found
 
 
 def hooks_directory(worktree: Path) -> Path:

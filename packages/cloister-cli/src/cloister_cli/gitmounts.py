@@ -1,29 +1,27 @@
-"""A cloister's git directories, with everything host git would run code from read-only.
+"""What a cloister mounts for git, and the paths of the work tree it gets read-only.
 
-Whatever the agent can write in ``/work`` is hostile input to the git the human runs
-on the host afterwards (and to ``hostexec git``). So a cloister gets:
+The work tree the human shares with the agent is hostile input to whatever on the host
+later reads it. A cloister gets:
 
-* the repository's git directory as a mount of its own (it cannot be renamed away and
-  replaced), with ``hooks``, ``config``, a pinned ``commondir``, the other worktrees'
-  and the submodules' git directories, ``config.worktree`` and, for a linked
-  worktree, its ``.git`` file and pointers read-only (:func:`_git_directory_files`);
-* the code-running paths that live in the work tree read-only (:func:`_tree_paths`):
-  a ``core.hooksPath`` inside the project (husky's ``.husky`` whole), the files a hook
+* its own git directory (:mod:`cloister_cli.gitdirs`) where the project's is: at
+  ``/work/.git``, with ``config`` and ``hooks`` read-only over it; or, when
+  ``/work/.git`` is a file on the host (a worktree cloister, a project that is a linked
+  worktree), elsewhere with a read-only ``/work/.git`` file naming it. The human's
+  object store is read-only at :data:`cloister_core.owngit.ORIGIN_OBJECTS` (and their
+  submodules' git directories read-only at ``.git/modules``); the human's ``.git`` is
+  never mounted;
+* the code-running paths of the work tree read-only (:func:`_repository_paths`): a
+  ``core.hooksPath`` inside the project (husky's ``.husky`` whole), the files a hook
   framework reads to decide what to run (``.pre-commit-config.yaml``, lefthook's,
-  overcommit's), every ``include.path``/``includeIf`` target inside the project or
-  the git directory, ``.gitmodules`` (git takes per-submodule settings from it, which
-  would override the guard of :mod:`cloister_cli.gitguard`; when there is none, an
-  empty read-only directory stands in, so git never falls back to the index's copy,
-  which the agent writes), and the git directories of repositories nested in the
-  project when the cloister starts (config and hooks, or the ``.git`` file);
+  overcommit's), every ``include.path``/``includeIf`` target inside the project, and
+  the ``.git`` of every repository nested in the project when the cloister starts
+  (whole: the agent works in its own git directory, never in one of the human's);
 * the *protected paths* of the configuration (``protect.paths``: ``.envrc``,
   ``.vscode/tasks.json``, ``.devcontainer``, …), in a project without git too.
 
-A missing directory or include target is created empty first (a *placeholder*), so
-the agent cannot create it either; placeholders are removed when the last cloister of
-the repository stops, if still empty. A missing protected path is an empty directory
-too, even where a file belongs: git and direnv ignore an empty directory, while an
-empty file would show as untracked (and be committed by ``git add -A`` inside).
+A missing protected path is created empty first (a *placeholder*: an empty directory,
+which git and direnv ignore, where an empty file would show as untracked), so the agent
+cannot create it either; placeholders are removed at stop, if still empty.
 """
 
 from __future__ import annotations
@@ -38,15 +36,17 @@ from typing import Literal
 from docker.types import Mount
 
 from cloister_cli import git
+from cloister_cli.gitdirs import Repository
 from cloister_core import beneath
 from cloister_core.errors import CloisterError
-from cloister_core.fileio import atomic_write
+from cloister_core.owngit import (
+    GIT_DIR_ELSEWHERE,
+    GIT_DIR_IN_WORK,
+    ORIGIN_ALTERNATES,
+    ORIGIN_OBJECTS,
+)
 
 WORK = PurePosixPath("/work")
-# A main git directory never holds ``commondir``; git would read the repository (config,
-# hooks) from wherever one pointed. "." names the directory itself: git reads it as if
-# there were none, and the read-only mount keeps the agent from writing another.
-COMMONDIR_PIN = ".\n"
 # Files hook frameworks read to decide what a hook runs, by the word their hook holds.
 HOOK_FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "pre-commit": (".pre-commit-config.yaml",),
@@ -58,7 +58,7 @@ HOOK_FRAMEWORKS: dict[str, tuple[str, ...]] = {
     ),
     "overcommit": (".overcommit.yml",),
 }  # fmt: skip
-# Each nested repository costs a dozen mounts; more than this refuses the start (rather
+# Each nested repository costs a few mounts; more than this refuses the start (rather
 # than leaving some of them writable).
 MAX_NESTED = 100
 
@@ -89,121 +89,71 @@ class Protection:
 class GitPlan:
     """The git part of a cloister: mounts, and what was protected or created."""
 
-    mounts: list[Mount] = field(default_factory=list)
-    layout: git.Layout | None = None
+    mounts: list[Mount] = field(default_factory=list)  # of the work tree (checked)
+    own_mounts: list[Mount] = field(default_factory=list)  # Cloister's git directory
     protections: list[Protection] = field(default_factory=list)
     placeholders: list[Path] = field(default_factory=list)
-    pins: list[Path] = field(default_factory=list)  # commondir pins made in nested repositories
-    gitlinks: list[str] = field(default_factory=list)
+    common_dir: Path | None = None  # the human's repository (shared git directory)
 
     @property
-    def common_dir(self) -> Path | None:
-        return self.layout.common_dir if self.layout else None
+    def protected(self) -> tuple[str, ...]:
+        """Every read-only path of the work tree, relative to it (what hostexec's git
+        must not write either)."""
+        found = {
+            PurePosixPath(str(mount["Target"])).relative_to(WORK).as_posix()
+            for mount in self.mounts
+            if mount["ReadOnly"] and PurePosixPath(str(mount["Target"])).is_relative_to(WORK)
+        }
+        return tuple(sorted(found))
 
 
-# -- the commondir pin -------------------------------------------------------------------
-
-
-def _pin_commondir(
-    common: Path, made: list[Path] | None = None, *, strict: bool = True, create: bool = True
-) -> Path:
-    """``commondir`` holding the pin (created when missing, unless not *create*; recorded
-    in *made* then); a different one is refused when *strict*, else kept (and made
-    read-only)."""
-    pin = common / "commondir"
-    try:
-        text = pin.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if create:
-            atomic_write(pin, COMMONDIR_PIN, mode=0o644)
-        if made is not None:
-            made.append(pin)
-        return pin
-    if text != COMMONDIR_PIN and strict:
-        raise UnusualRepositoryError(
-            f"{str(pin)!r} exists ({text.strip()!r}): this repository's configuration lives"
-            " elsewhere, and Cloister cannot keep it read-only"
-        )
-    return pin
-
-
-def unpin_commondir(common: Path) -> None:
-    """Remove the pin :func:`plan` made (when no cloister uses the repository)."""
-    pin = common / "commondir"
-    with contextlib.suppress(OSError):
-        if pin.read_text(encoding="utf-8") == COMMONDIR_PIN:
-            pin.unlink()
-
-
-def remove_placeholders(placeholders: Iterable[Path], roots: Iterable[Path]) -> None:
+def remove_placeholders(placeholders: Iterable[Path], worktree: Path) -> None:
     """Remove what :func:`plan` created, if it is still empty (deepest first), walking
-    from *roots* (the work tree, the git directory) without following a link: the agent
-    may have put one on the way."""
-    bases = list(roots)
+    from the work tree without following a link: the agent may have put one on the way."""
     for path in sorted(placeholders, key=lambda item: len(item.parts), reverse=True):
-        root = next((base for base in bases if _inside(path, base) and path != base), None)
-        if root is not None:
-            beneath.remove_if_empty(root, path.relative_to(root).as_posix())
+        if _inside(path, worktree) and path != worktree:
+            beneath.remove_if_empty(worktree, path.relative_to(worktree).as_posix())
 
 
-# -- the git directory ---------------------------------------------------------------------
+# -- the cloister's own git directory ----------------------------------------------------------
 
 
-def _git_directory_files(
-    plan: GitPlan,
-    common: Path,
-    gitdir: Path,
-    *,
-    per_worktree: bool,
-    nested: bool = False,
-    create: bool = True,
-) -> list[Path]:
-    """What git reads code to run from (or config that names it) in the git directory.
-
-    ``hooks`` and ``config`` (``core.hooksPath``, ``core.fsmonitor``, aliases, filters);
-    ``commondir``, which redirects the whole repository; ``worktrees`` and ``modules``,
-    the git directories of the other worktrees and of submodules, each with its own
-    config and pointers; ``config.worktree`` when ``extensions.worktreeConfig`` is on.
-    """
-    hooks = common / "hooks"
-    if not hooks.exists() and create:
-        hooks.mkdir()  # a missing directory could be created from inside
-    # The project's own pin stays while any cloister uses the repository; one in a nested
-    # repository of the human's is this session's (recorded, removed at the end).
-    pin = (
-        _pin_commondir(common, plan.pins, strict=False, create=create)
-        if nested
-        else _pin_commondir(common, create=create)
-    )
-    found = [hooks, common / "config", pin]
-    # Remotes the old way (`remotes/<name>`, `branches/<name>`): `git push` takes a URL
-    # from them, and a local path runs git-receive-pack, and hooks, in that repository.
-    for legacy in (common / "remotes", common / "branches"):
-        if not legacy.exists():
-            if create:
-                legacy.mkdir()
-            plan.placeholders.append(legacy)
-        found.append(legacy)
-    # The other worktrees' and the submodules' git directories, each with its config and
-    # pointers (a worktree's `commondir` names the configuration git reads). A missing
-    # one too: a worktree or submodule the host adds while the cloister runs lands in it.
-    for others in (common / "worktrees", common / "modules"):
-        if not others.exists():
-            if create:
-                others.mkdir()
-            plan.placeholders.append(others)
-        found.append(others)
-    for directory in dict.fromkeys((common, gitdir)):
-        config_worktree = directory / "config.worktree"
-        if per_worktree and not config_worktree.exists():
-            if create:
-                config_worktree.touch(mode=0o644)  # else the agent could create it
-            found.append(config_worktree)
-        elif config_worktree.exists():
-            found.append(config_worktree)
-    if gitdir != common:  # a linked worktree's own pointers
-        found += [gitdir / name for name in ("commondir", "gitdir") if (gitdir / name).exists()]
-    return found
+def own_git_mounts(
+    worktree: Path,
+    git_dir: Path,
+    repository: Repository,
+    alternates: Sequence[Path],
+    pointer: Path,
+) -> list[Mount]:
+    """The cloister's git directory (read-write, but its config and hooks), and the
+    human's object stores and submodules' git directories, read-only."""
+    dot_git = worktree / ".git"
+    if dot_git.is_dir() and not dot_git.is_symlink():
+        inside = PurePosixPath(GIT_DIR_IN_WORK)
+        mounts = [bind(git_dir, inside, read_only=False)]
+    else:
+        inside = PurePosixPath(GIT_DIR_ELSEWHERE)
+        mounts = [
+            bind(pointer, GIT_DIR_IN_WORK, read_only=True),
+            bind(git_dir, inside, read_only=False),
+        ]
+    mounts += [
+        bind(git_dir / "config", inside / "config", read_only=True),
+        bind(git_dir / "hooks", inside / "hooks", read_only=True),
+        bind(repository.common / "objects", ORIGIN_OBJECTS, read_only=True),
+    ]
+    mounts += [
+        bind(path, f"{ORIGIN_ALTERNATES}/{number}", read_only=True)
+        for number, path in enumerate(alternates)
+    ]
+    if (repository.common / "objects/info/alternates").is_file():
+        # Host paths, which do not exist inside (the cloister's alternates list them
+        # at their mounts): an empty file over it, or git complains at every command.
+        mounts.append(bind(Path(os.devnull), f"{ORIGIN_OBJECTS}/info/alternates", read_only=True))
+    modules = repository.common / "modules"
+    if modules.is_dir() and not modules.is_symlink():
+        mounts.append(bind(modules, inside / "modules", read_only=True))
+    return mounts
 
 
 # -- code-running paths in the work tree -----------------------------------------------------
@@ -236,8 +186,8 @@ class _TreeScan:
 
     plan: GitPlan
     worktree: Path
-    roots: tuple[Path, ...]  # the work tree and the git directories: where the agent writes
-    already: list[Path]  # read-only already (the git directory's files)
+    roots: tuple[Path, ...]  # where the agent writes: the work tree
+    already: list[Path]  # covered already (the cloister's own git directory)
     pinned: set[Path] = field(default_factory=set)  # directories that are mount points
     create: bool = True  # False: plan only (``cloister start --dry-run``), nothing is made
 
@@ -301,13 +251,8 @@ class _TreeScan:
             self.pinned.add(ancestor)
             self.plan.mounts.append(bind(ancestor, self.container_path(ancestor), read_only=False))
 
-    def container_path(self, path: Path) -> PurePosixPath | Path:
-        if _inside(path, self.worktree):
-            return WORK / path.relative_to(self.worktree).as_posix()
-        layout = self.plan.layout
-        if layout is not None and layout.git_dir == layout.common_dir:  # main: at /work/.git
-            return WORK / ".git" / path.relative_to(layout.common_dir).as_posix()
-        return path  # a linked worktree's repository is mounted at its host path
+    def container_path(self, path: Path) -> PurePosixPath:
+        return WORK / path.relative_to(self.worktree).as_posix()
 
 
 def _hook_frameworks(hooks: Path) -> set[str]:
@@ -334,84 +279,63 @@ def _include_target(include: git.Include, worktree: Path, home: Path) -> Path | 
     return target if target.is_absolute() else origin.parent / target
 
 
-def _repository_paths(scan: _TreeScan, worktree: Path, common: Path, home: Path) -> None:
-    """The code-running paths of the repository whose work tree is *worktree*."""
-    hooks = Path(os.path.normpath(git.hooks_directory(worktree)))
-    if _inside(hooks, worktree) and not _inside(hooks, worktree / ".git"):
-        husky = worktree / ".husky"
+def _repository_paths(scan: _TreeScan, checkout: Path, home: Path, place: Path) -> None:
+    """The code-running paths of the repository whose work tree is *checkout* (as its
+    git there sees them) that lie in the cloister's work tree. *place* is where
+    *checkout* is in that work tree: the work tree itself for the human's repository
+    (the cloister may work in a worktree of its own), the repository's own directory
+    for one nested in the project."""
+
+    def here(path: Path) -> Path | None:
+        normal = Path(os.path.normpath(path))
+        if _inside(normal, checkout / ".git"):
+            return None
+        if _inside(normal, checkout):
+            return place / normal.relative_to(checkout)
+        # A nested repository's hooks or includes elsewhere in the project.
+        return normal if _inside(normal, scan.worktree) else None
+
+    hooks = here(git.hooks_directory(checkout))
+    if hooks is not None:
+        husky = place / ".husky"
         if _inside(hooks, husky):  # husky's hooks run the scripts beside them
             scan.protect(husky, "husky runs your hooks from it", directory=True)
         else:
             scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
-    elif hooks != common / "hooks":
-        scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
-    for framework in sorted(_hook_frameworks(hooks)):
+    for framework in sorted(_hook_frameworks(git.hooks_directory(checkout))):
         for name in HOOK_FRAMEWORKS[framework]:
             # A missing one too (an empty directory stands in): the agent would otherwise
             # create the file your next commit's hook reads and runs.
-            exists = (worktree / name).exists()
+            exists = (place / name).exists()
             scan.protect(
-                worktree / name,
+                place / name,
                 f"your {framework} hook runs what it lists",
                 directory=not exists,
                 tell=exists,
             )
-    for include in git.includes(worktree):
-        target = _include_target(include, worktree, home)
-        if target is not None:
-            scan.protect(Path(os.path.normpath(target)), "your git config includes it")
-
-
-def _gitmodules(scan: _TreeScan) -> None:
-    gitmodules = scan.worktree / ".gitmodules"
-    if gitmodules.is_symlink():
-        raise UnusualRepositoryError(
-            f"{str(gitmodules)!r} is a symbolic link: git ignores it and reads the index's"
-            " copy, which the agent could write; make it a file"
-        )
-    if gitmodules.is_dir() and not any(gitmodules.iterdir()):
-        scan.plan.placeholders.append(gitmodules)  # a stand-in an earlier start left
-    scan.protect(
-        gitmodules,
-        "git takes submodule settings from it",
-        directory=not gitmodules.exists(),
-        tell=False,
-    )
+    for include in git.includes(checkout):
+        target = _include_target(include, checkout, home)
+        inside = here(target) if target is not None else None
+        if inside is not None:
+            scan.protect(inside, "your git config includes it")
 
 
 def _nested_repositories(scan: _TreeScan, nested: Sequence[Path], home: Path) -> None:
-    """Repositories of the human's inside the project: each gets what the project's own
-    gets (its git directory's code-running files, hooks path, hook frameworks' config,
-    include targets), or the human's git run inside one would run the agent's code."""
+    """Repositories nested in the project at start: each ``.git`` read-only whole (the
+    human's git run inside one obeys it), and their own code-running paths."""
     if len(nested) > MAX_NESTED:
         listed = ", ".join(str(path.parent) for path in sorted(nested)[:5])
         raise UnusualRepositoryError(
             f"{scan.worktree} holds {len(nested)} git repositories ({listed}, …); Cloister"
-            f" keeps the code-running files of up to {MAX_NESTED} read-only. Remove those you"
+            f" keeps the git directories of up to {MAX_NESTED} read-only. Remove those you"
             " do not need, or start the cloister in a subdirectory"
         )
     for dot_git in sorted(nested):
-        repository = dot_git.parent
         if dot_git.is_symlink() or scan.covered(dot_git):
             continue
-        if dot_git.is_file():
-            scan.protect(dot_git, "it says where a nested repository's git directory is")
-            with contextlib.suppress(git.GitError):
-                common = git.layout(repository).common_dir
-                _repository_paths(scan, repository, common, home)
-        elif dot_git.is_dir():
-            per_worktree = git.worktree_config(repository)
-            files = _git_directory_files(
-                scan.plan,
-                dot_git,
-                dot_git,
-                per_worktree=per_worktree,
-                nested=True,
-                create=scan.create,
-            )
-            for path in files:
-                scan.protect(path, "a repository inside the project runs code from it", tell=False)
-            _repository_paths(scan, repository, dot_git, home)
+        scan.protect(dot_git, "a repository nested in the project", tell=False)
+        with contextlib.suppress(git.GitError):
+            _repository_paths(scan, dot_git.parent, home, dot_git.parent)
 
 
 def _check_configured(worktree: Path, protect: Sequence[str]) -> None:
@@ -453,67 +377,26 @@ def _configured_paths(scan: _TreeScan, protect: Sequence[str]) -> None:
 def plan(
     worktree: Path,
     *,
-    is_git: bool,
+    repository: Repository | None,
     home: Path,
     nested: Iterable[Path] = (),
     create: bool = True,
     protect: Sequence[str] = (),
 ) -> GitPlan:
-    """The git mounts of a cloister working in *worktree*, and those of the protected
-    paths *protect* (relative to *worktree*; for a project without git too).
+    """The read-only paths of a cloister working in *worktree*: git's code-running ones
+    (of *repository*, the human's, when the project uses git) and the protected paths
+    *protect* (relative to *worktree*).
 
-    With *create* False nothing is written (no placeholder, no pin): the same mounts,
-    for ``cloister start --dry-run``, naming paths that a start would create.
-
-    *nested* are the ``.git`` entries of repositories nested in the work tree (found by
-    the start-time review scan). A main checkout's ``.git`` is mounted at ``/work/.git``
-    (a mount point cannot be renamed, so it cannot be swapped for the agent's own); a
-    linked worktree's ``.git`` file is mounted read-only, and the repository's git
-    directory at its own host path, because that is what the file names.
+    With *create* False nothing is written (no placeholder): the same mounts, for
+    ``cloister start --dry-run``, naming paths that a start would create. *nested* are
+    the ``.git`` entries of repositories nested in the work tree (found by the
+    start-time review scan). The cloister's own git directory is :func:`own_git_mounts`.
     """
-    result = GitPlan()
+    result = GitPlan(common_dir=repository.common if repository is not None else None)
     _check_configured(worktree, protect)
-    if not is_git:
-        _configured_paths(_TreeScan(result, worktree, (worktree,), [], create=create), protect)
-        return result
-    where = git.layout(worktree)
-    result.layout = where
-    gitdir, common = where.git_dir, where.common_dir
-    dot_git = worktree / ".git"
-    if dot_git.is_dir() and not dot_git.is_symlink() and gitdir != dot_git.resolve():
-        raise UnusualRepositoryError(
-            f"git reads {str(worktree)!r} from {str(gitdir)!r}, not from its own .git"
-            " (GIT_DIR or core.worktree?): Cloister cannot tell what to keep read-only"
-        )
-    if dot_git.is_dir() and gitdir != common:
-        raise UnusualRepositoryError(
-            f"{str(gitdir / 'commondir')!r} exists: this repository's configuration lives"
-            f" in {str(common)!r}, and Cloister cannot keep it read-only"
-        )
-    files = _git_directory_files(
-        result, common, gitdir, per_worktree=git.worktree_config(worktree), create=create
-    )
-    if dot_git.is_dir() and gitdir == common:
-        inside = WORK / ".git"
-        result.mounts.append(bind(common, inside, read_only=False))
-        result.mounts += [
-            bind(path, inside / path.relative_to(common), read_only=True) for path in files
-        ]
-    elif dot_git.is_file():
-        result.mounts += [
-            bind(dot_git, WORK / ".git", read_only=True),
-            bind(common, common, read_only=False),
-        ]
-        if gitdir != common:  # its HEAD and index, under the read-only worktrees/
-            result.mounts.append(bind(gitdir, gitdir, read_only=False))
-        result.mounts += [bind(path, path, read_only=True) for path in files]
-    else:
-        raise UnusualRepositoryError(f"{str(dot_git)!r} is neither a directory nor a file")
-    already = [*files, *([dot_git] if dot_git.is_file() else [])]
-    scan = _TreeScan(result, worktree, (worktree, common, gitdir), already, create=create)
-    _repository_paths(scan, worktree, common, home)
-    _gitmodules(scan)
-    _nested_repositories(scan, list(nested), home)
+    scan = _TreeScan(result, worktree, (worktree,), [worktree / ".git"], create=create)
+    if repository is not None:
+        _repository_paths(scan, repository.checkout, home, worktree)
+        _nested_repositories(scan, list(nested), home)
     _configured_paths(scan, protect)  # after git's: a path both protect says why git's way
-    result.gitlinks = git.gitlinks(worktree)
     return result

@@ -38,6 +38,7 @@ from cloister_cli.hub_client import hub_secret_path
 from cloister_cli.images import (
     APPROVAL_IMAGE,
     GATEWAY_IMAGE,
+    GIT_IMAGE,
     PROXY_IMAGE,
     ImageSpec,
     assemble_context,
@@ -111,12 +112,14 @@ class ImageTags:
     proxy: str = PROXY_IMAGE.tag
     approval: str = APPROVAL_IMAGE.tag
     gateway: str = GATEWAY_IMAGE.tag
+    git: str = GIT_IMAGE.tag  # `cloister sync`'s throwaway container, not a service
 
     def specs(self) -> list[tuple[ImageSpec, str]]:
         return [
             (PROXY_IMAGE, self.proxy),
             (APPROVAL_IMAGE, self.approval),
             (GATEWAY_IMAGE, self.gateway),
+            (GIT_IMAGE, self.git),
         ]
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from cloister_core import stack
 from cloister_core.errors import CloisterError
 
 IMAGE_PYTHON = "3.11"
@@ -56,6 +57,13 @@ GATEWAY_IMAGE = ImageSpec(
     dockerfile="images/gateway/Dockerfile",
     package="cloister-executor",
     files=(("services/healthcheck.py", "healthcheck.py"),),
+)
+
+GIT_IMAGE = ImageSpec(
+    tag=stack.GIT_IMAGE,
+    dockerfile="images/git/Dockerfile",
+    package=None,
+    files=(("images/git/cloister-git-export", "cloister-git-export"),),
 )
 
 AGENT_IMAGE = ImageSpec(

@@ -8,6 +8,7 @@ start`` (and its dry run) is :mod:`cloister_cli.starting`, which builds on this 
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,16 @@ from pathlib import Path, PurePosixPath
 import docker
 import docker.errors
 
-from cloister_cli import accounts, agentstate, cloisters, listing, ports, safeguards, sessions
+from cloister_cli import (
+    accounts,
+    agentstate,
+    cloisters,
+    gitdirs,
+    listing,
+    ports,
+    safeguards,
+    sessions,
+)
 from cloister_cli.cloisters import CloisterStartError
 from cloister_cli.guardian import Guardian
 from cloister_cli.hub_client import HubClient
@@ -34,7 +44,9 @@ from cloister_core.config.models import GlobalConfig
 from cloister_core.errors import CloisterError
 from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
-from cloister_core.sessions import read_session
+from cloister_core.sessions import SessionRecord, read_session
+from cloister_executor.engine import Engine
+from cloister_executor.gitsync import Syncer, SyncError, SyncOutcome
 
 Progress = Callable[[str, str], None]  # (what, line)
 
@@ -85,6 +97,15 @@ class Context:
     def require_source(self) -> Path:
         return source_tree()
 
+    @functools.cached_property
+    def syncer(self) -> Syncer:
+        """Brings cloisters' commits back (``cloister sync``, ``stop``)."""
+        return Syncer(
+            self.paths,
+            Engine(os.environ.get("DOCKER_HOST")),
+            fast_forward=self.config.git.fast_forward,
+        )
+
     def without_writing(self) -> None:
         """Read the config without writing the default one (``start --dry-run``)."""
         self.__dict__["config"] = load_global_config(self.paths, create=False)
@@ -109,6 +130,17 @@ def ensure_guardian(context: Context, progress: Progress, *, rebuild: bool = Fal
             guardian.build_images(stale, progress, Path(scratch))
     guardian.start()
     return True
+
+
+def ensure_git_image(context: Context, progress: Progress) -> None:
+    """Build the image of ``cloister sync``'s throwaway containers when missing or stale
+    (a stack started by an older Cloister is left running without it)."""
+    guardian = context.guardian
+    stale = [(spec, tag) for spec, tag in guardian.stale_images() if tag == guardian.tags.git]
+    if stale:
+        context.require_source()
+        with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
+            guardian.build_images(stale, progress, Path(scratch))
 
 
 def ensure_agent_image(context: Context, image: str, progress: Progress) -> None:
@@ -159,12 +191,15 @@ def name_for_directory(context: Context, directory: Path) -> str:
 class StopOutcome:
     stopped: bool
     report: sessions.Report | None  # None: no session record, or the review failed
-    guard_held: bool
-    review_error: str | None = None  # why the review failed (the guard then stays)
+    sync: SyncOutcome | None = None  # the last sync of its commits
+    sync_error: str | None = None  # why they could not be brought back (its git directory stays)
+    moved: tuple[str, ...] = ()  # repositories the agent made, moved to the quarantine
+    review_error: str | None = None  # why the review failed
 
 
 def stop(context: Context, name: str) -> StopOutcome:
-    """Remove the cloister, revoke its token everywhere, and review what it left."""
+    """Remove the cloister, revoke its token everywhere, bring its commits back, and
+    review what it left in the work tree."""
     result = cloisters.stop(context.docker, context.paths, name)
     ports.remove_all(context.docker, name)  # its published ports (`cloister port`)
     accounts.remove(context.paths, name)
@@ -175,16 +210,41 @@ def stop(context: Context, name: str) -> StopOutcome:
     context.guardian.reload_proxy()  # closes its open tunnels now
     session = read_session(context.paths, name)
     if session is None:
-        if result.common_dir is not None:
-            sessions.release_repository(context.docker, context.paths, result.common_dir)
-        return StopOutcome(result.stopped, None, False)
+        return StopOutcome(result.stopped, None)
+    # A session still open is a cloister to finish, its container gone or not.
+    stopped = result.stopped or session.running
+    synced, sync_error = sync_stopped(context, session)
+    moved: list[str] = []
     try:
-        report = sessions.report(context.paths, session, sessions.review_target(session))
+        report = sessions.report(session, sessions.review_target(session))
+        moved = sessions.move_new_repositories(context.paths, report)
+        if moved:
+            report = sessions.report(session, sessions.review_target(session))
     except Exception as error:  # what the agent left must not hide what it left
-        sessions.release(context.docker, context.paths, session, held=True)
-        return StopOutcome(result.stopped, None, True, f"{type(error).__name__}: {error}")
-    sessions.release(context.docker, context.paths, session, held=report.holds_guard)
-    return StopOutcome(result.stopped, report, report.holds_guard)
+        sessions.release(context.paths, session)
+        return StopOutcome(
+            stopped,
+            None,
+            synced,
+            sync_error,
+            tuple(moved),
+            f"{type(error).__name__}: {error}",
+        )
+    sessions.release(context.paths, session)
+    return StopOutcome(stopped, report, synced, sync_error, tuple(moved))
+
+
+def sync_stopped(context: Context, session: SessionRecord) -> tuple[SyncOutcome | None, str | None]:
+    """The last sync of a cloister whose container is gone; its git directory goes once
+    its commits are in (it stays, and `cloister sync` retries, when they are not)."""
+    if not session.is_git or not context.paths.cloister_git_dir(session.cloister).exists():
+        return None, None
+    try:
+        outcome = context.syncer.sync(session.cloister, running=False)
+    except SyncError as error:
+        return None, str(error)
+    gitdirs.remove(context.paths, session.cloister)
+    return outcome, None
 
 
 # -- exec ----------------------------------------------------------------------------------

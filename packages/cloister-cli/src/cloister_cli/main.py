@@ -40,6 +40,9 @@ COMMANDS = {
     "stop": Entry(
         "cloister:stop", "Stop a cloister: remove its container and revoke its token at once."
     ),
+    "sync": Entry(
+        "sync:sync", "Bring a cloister's commits into your repository, and yours into it."
+    ),
     "exec": Entry(
         "cloister:exec_command", "Run a command in a running cloister, with its environment."
     ),

@@ -13,14 +13,15 @@ from pathlib import Path
 from cloister_cli import (
     accounts,
     cloisters,
+    gitdirs,
     gitmounts,
     projectimages,
-    projects,
     safeguards,
+    sessions,
     shape,
     starting,
 )
-from cloister_cli.cloisters import CloisterStartError, Workspace
+from cloister_cli.cloisters import Workspace
 from cloister_cli.gitmounts import GitPlan, Protection
 from cloister_cli.images import AGENT_IMAGES, is_current, source_fingerprint
 from cloister_cli.lifecycle import Context
@@ -29,7 +30,6 @@ from cloister_cli.review import nested_git_entries
 from cloister_cli.starting import StartOptions, build_inputs, load_project_devcontainer
 from cloister_core.config import load_project_config
 from cloister_core.devcontainer import Devcontainer
-from cloister_core.names import cloister_name, sanitize_branch
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +61,20 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
     options = options or StartOptions()
     notes: list[str] = []
     warnings: list[str] = []
-    project = projects.identify(directory, options.project_name, allow_no_git=options.allow_no_git)
-    if options.branch is None:
-        workspace, name = Workspace(project, project.root), cloister_name(project.name)
-    else:
-        if not project.git:
-            raise CloisterStartError("-b BRANCH needs a git repository")
-        destination = context.paths.worktree(project.name, sanitize_branch(options.branch))
-        workspace = Workspace(project, destination, options.branch)
-        name = cloister_name(project.name, options.branch)
-        if not destination.exists():
-            notes.append(
-                f"the worktree {destination} would be created first; its git mounts are"
-                " known only then (not shown)"
-            )
+    workspace, name = starting.workspace_for(
+        context,
+        directory,
+        project_name=options.project_name,
+        branch=options.branch,
+        allow_no_git=options.allow_no_git,
+        create=False,
+    )
+    project = workspace.project
+    if workspace.branch is not None and not workspace.directory.exists():
+        notes.append(
+            f"the worktree {workspace.directory} would be created first; what is read-only"
+            " in it is known only then (not shown)"
+        )
     existing = cloisters.find(context.docker, name)
     running = existing is not None and existing.status == "running"
     if running:
@@ -101,18 +101,7 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
         context.paths, context.config, project_config, name, context.docker.info
     )
     warnings.extend(guards.warnings)
-    if workspace.directory.exists():
-        nested = nested_git_entries(workspace.directory) if project.git else []
-        git_plan = gitmounts.plan(
-            workspace.directory,
-            is_git=project.git,
-            home=context.home,
-            nested=nested,
-            create=False,
-            protect=guards.protect,
-        )
-    else:
-        git_plan = GitPlan()
+    git_plan = _git_plan(context, workspace, name, guards.protect)
     parts = starting.Parts(
         record,
         image.tag,
@@ -139,6 +128,36 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
         warnings=tuple(warnings),
         protections=tuple(git_plan.protections),
     )
+
+
+def _git_plan(
+    context: Context, workspace: Workspace, name: str, protect: tuple[str, ...]
+) -> GitPlan:
+    """The mounts a start would make: the work tree's read-only paths and the cloister's
+    own git directory (at the paths a start would write, none of them made here)."""
+    repository = gitdirs.Repository.of(workspace.project.root) if workspace.project.git else None
+    if repository is not None:
+        sessions.check_repository(context.paths, context.home, repository)
+    if not workspace.directory.exists():
+        return GitPlan(common_dir=repository.common if repository is not None else None)
+    nested = nested_git_entries(workspace.directory) if repository is not None else []
+    git_plan = gitmounts.plan(
+        workspace.directory,
+        repository=repository,
+        home=context.home,
+        nested=nested,
+        create=False,
+        protect=protect,
+    )
+    if repository is not None:
+        git_plan.own_mounts = gitmounts.own_git_mounts(
+            workspace.directory,
+            context.paths.cloister_git_dir(name),
+            repository,
+            repository.alternates(),
+            context.paths.git_pointer(name),
+        )
+    return git_plan
 
 
 def _agent_image_current(context: Context, image: str) -> bool:

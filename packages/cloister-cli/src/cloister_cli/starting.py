@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 import docker.errors
@@ -21,6 +22,7 @@ from cloister_cli import (
     cloisters,
     devoverrides,
     git,
+    gitdirs,
     projectimages,
     projects,
     safeguards,
@@ -31,13 +33,24 @@ from cloister_cli import (
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
 from cloister_cli.gitmounts import GitPlan, Protection
 from cloister_cli.inside.guardrails import guardrails_for
-from cloister_cli.lifecycle import Context, Progress, ensure_agent_image, ensure_guardian, stop
+from cloister_cli.lifecycle import (
+    Context,
+    Progress,
+    ensure_agent_image,
+    ensure_git_image,
+    ensure_guardian,
+    stop,
+    sync_stopped,
+)
 from cloister_cli.refs import check_refs
-from cloister_core import stack
+from cloister_core import beneath, stack
 from cloister_core.config import load_project_config
 from cloister_core.config.models import ProjectConfig
 from cloister_core.devcontainer import Devcontainer, find_devcontainer, load_devcontainer
+from cloister_core.fileio import atomic_write
 from cloister_core.names import cloister_name, sanitize_branch
+from cloister_core.owngit import POINTER
+from cloister_core.sessions import list_sessions, read_session
 from cloister_core.snapshots import SnapshotError
 from cloister_core.tokens import TokenRecord
 
@@ -64,17 +77,90 @@ def workspace_for(
     project_name: str | None,
     branch: str | None,
     allow_no_git: bool,
+    create: bool = True,
 ) -> tuple[Workspace, str]:
-    """The workspace and cloister name for *directory* (creating a worktree for -b)."""
+    """The workspace and cloister name for *directory* (making a worktree for -b, unless
+    not *create*); in a worktree Cloister made, that worktree's cloister."""
+    made = _made_worktree(context, directory)
+    if made is not None and branch is None and project_name is None:
+        return made
     project = projects.identify(directory, project_name, allow_no_git=allow_no_git)
     if branch is None:
         return Workspace(project, project.root), cloister_name(project.name)
     if not project.git:
         raise CloisterStartError("-b BRANCH needs a git repository")
     destination = context.paths.worktree(project.name, sanitize_branch(branch))
-    if not destination.exists():
-        git.add_worktree(project.root, destination, branch)
+    if create:
+        make_worktree(project.root, destination, branch)
     return Workspace(project, destination, branch), cloister_name(project.name, branch)
+
+
+def _made_worktree(context: Context, directory: Path) -> tuple[Workspace, str] | None:
+    """The workspace of a worktree under ``<data>/worktrees`` that *directory* is in:
+    git on the host cannot tell (its ``.git`` names a path that exists only inside)."""
+    resolved = directory.resolve()
+    base = context.paths.worktrees_dir.resolve()
+    if not resolved.is_relative_to(base) or len(resolved.relative_to(base).parts) < 2:
+        return None
+    project_dir, branch_dir = resolved.relative_to(base).parts[:2]
+    worktree = base / project_dir / branch_dir
+    for session in list_sessions(context.paths):
+        if Path(session.worktree).resolve() == worktree and session.branch is not None:
+            root = load_project_config(context.paths, session.project).root
+            if root is None:
+                return None
+            project = projects.identify(Path(root), session.project, allow_no_git=False)
+            return (
+                Workspace(
+                    project, context.paths.worktree(project.name, branch_dir), session.branch
+                ),
+                session.cloister,
+            )
+    return None
+
+
+def make_worktree(repository: Path, destination: Path, branch: str) -> None:
+    """A directory for *branch* of *repository*, whose files the cloister's own git
+    directory writes (:mod:`cloister_cli.gitdirs`) and whose ``.git`` names a path that
+    exists only inside the cloister: the human's git there says "not a git repository"
+    rather than read the agent's state. The branch is made (from ``HEAD``) when missing."""
+    git.check_branch_name(repository, branch)
+    if not git.branch_exists(repository, branch):
+        result = git.run(repository, "branch", "--", branch, check=False)
+        if result.returncode != 0:
+            raise CloisterStartError(
+                f"cannot make branch {branch!r} in {repository}: {result.stderr.strip()}"
+                " (-b needs a commit to start from)"
+            )
+    destination.mkdir(parents=True, exist_ok=True)
+    pointer = destination / ".git"
+    if pointer.is_file() and not pointer.is_symlink():
+        text = beneath.read_regular(destination, ".git", limit=4096) or ""
+        if text == POINTER:
+            return
+        # A worktree an older Cloister registered with `git worktree add`: the repository
+        # forgets it (its entry under .git/worktrees goes) and its .git names the cloister's.
+        _forget_registered(repository, destination, text)
+        atomic_write(pointer, POINTER, mode=0o644)
+        return
+    if pointer.exists() or pointer.is_symlink():
+        raise CloisterStartError(f"{pointer} is not the file Cloister makes; move it away")
+    atomic_write(pointer, POINTER, mode=0o644)
+
+
+def _forget_registered(repository: Path, destination: Path, pointer: str) -> None:
+    """Remove the repository's record of *destination* as a worktree of its own (what
+    ``git worktree prune`` would, were the directory gone), if it is that record."""
+    if not pointer.startswith("gitdir: "):
+        return
+    entry = Path(pointer.removeprefix("gitdir: ").strip())
+    common = Path(git.run(repository, "rev-parse", "--git-common-dir").stdout.strip())
+    records = (common if common.is_absolute() else repository / common).resolve() / "worktrees"
+    if entry.parent.resolve() != records or entry.is_symlink():
+        return
+    back = beneath.read_regular(entry, "gitdir", limit=4096)
+    if back is not None and Path(back.strip()) == destination / ".git":
+        beneath.remove_tree(entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,15 +389,28 @@ def _running(context: Context, workspace: Workspace, name: str) -> str | None:
             f"cloister {name!r} already runs for {existing.labels.get(stack.LABEL_PATH)};"
             " choose another project name with -p NAME"
         )
-    if existing.status == "paused":
-        raise CloisterStartError(
-            f"cloister {name!r} was paused by Cloister's git guard: it planted something"
-            f" in the repository; see `cloister review {name}`, then `cloister stop {name}`"
-        )
     if existing.status == "running" and context.paths.token_file(name).exists():
         return existing.name or ""
     stop(context, name)  # a dead one: start afresh
     return None
+
+
+def earlier_work(context: Context, name: str, warnings: list[str]) -> None:
+    """Bring back the commits of cloister *name*'s last session when its stop could not
+    (its git directory is still there); if they cannot be, keep that directory aside."""
+    leftover = context.paths.cloister_git_dir(name)
+    session = read_session(context.paths, name)
+    if not leftover.exists() or session is None:
+        return
+    _, error = sync_stopped(context, session)
+    if error is None:
+        return
+    aside = leftover.with_name(f"{name}.unsynced-{datetime.now(UTC):%Y%m%dT%H%M%S}")
+    leftover.rename(aside)
+    warnings.append(
+        f"the commits of cloister {name}'s last session could not be brought back ({error});"
+        f" its git directory is kept at {aside}"
+    )
 
 
 def keep_snapshot(
@@ -323,7 +422,9 @@ def keep_snapshot(
     if not workspace.project.git or not settings.enabled:
         return None
     try:
-        target = snapshots.Target.of(name, workspace.project.name, workspace.directory)
+        # The human's repository and checkout (a worktree of Cloister's is no repository
+        # on the host: the cloister's branch comes back by sync, its files stay).
+        target = snapshots.Target.of(name, workspace.project.name, workspace.project.root)
         record = snapshots.take(context.paths, target, settings)
     except (SnapshotError, git.GitError) as error:
         warnings.append(f"{error}; `cloister restore` cannot undo this session")
@@ -388,6 +489,8 @@ def start(
     check_refs(context.paths, workspace.project, context.home)  # before minutes of building
     snapshot = keep_snapshot(context, workspace, name, warnings)
     ensure_guardian(context, progress)
+    if workspace.project.git:
+        ensure_git_image(context, progress)
     base = options.image or context.config.defaults.image
     if devcontainer is not None and options.image:
         warnings.append(f"--image {options.image} is not used: the devcontainer's image is")
@@ -409,12 +512,14 @@ def start(
     )
     warnings.extend(guards.warnings)
     try:
+        earlier_work(context, name, warnings)
         prepared = sessions.prepare(
             context.paths, workspace, name, home=context.home, protect=guards.protect
         )
     except BaseException:
         accounts.remove(context.paths, name)
         raise
+    warnings.extend(prepared.notes)
     try:
         safeguards.write_marker(context.paths, name, workspace.project.name, workspace.branch)
         parts = Parts(
@@ -431,7 +536,8 @@ def start(
         warnings.extend(notes)
         container = cloisters.create(context.docker, context.paths, plan, record)
     except BaseException:
-        sessions.release(context.docker, context.paths, prepared.session, held=False)
+        sessions.release(context.paths, prepared.session)
+        gitdirs.remove(context.paths, name)
         accounts.remove(context.paths, name)
         safeguards.remove_marker(context.paths, name)
         raise

@@ -1,7 +1,8 @@
 """Removing Cloister from this machine: what ``cloister uninstall`` does, step by step.
 
 In order: every cloister is stopped as ``cloister stop --all`` stops it (container
-removed, token revoked, what the agent left reviewed), then the guardian stack
+removed, token revoked, its commits brought back, what the agent left reviewed), and so
+is one whose container is gone but whose git directory is left; then the guardian stack
 (``docker compose down``) with whatever of its containers compose did not know about,
 and the host executor; then Cloister's images and networks are removed. With
 ``purge``, the worktrees Cloister made are removed from their repositories and the
@@ -16,34 +17,36 @@ home directory, ``/`` and a symbolic link never are deleted.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import docker.errors
 
-from cloister_cli import executor_process, git, lifecycle, listing
+from cloister_cli import executor_process, gc, git, gitdirs, lifecycle, listing
 from cloister_cli.agentstate import make_writable
 from cloister_cli.images import (
     AGENT_IMAGE,
     APPROVAL_IMAGE,
     GATEWAY_IMAGE,
+    GIT_IMAGE,
     PROXY_IMAGE,
     SLIM_AGENT_IMAGE,
 )
 from cloister_cli.lifecycle import Context
-from cloister_core import stack
-from cloister_core.config import load_project_config
+from cloister_core import beneath, stack
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 
 # The credential gateway runs the proxy's image, so these are all of them.
 IMAGES = tuple(
-    spec.tag for spec in (PROXY_IMAGE, APPROVAL_IMAGE, GATEWAY_IMAGE, AGENT_IMAGE, SLIM_AGENT_IMAGE)
-)
+    spec.tag
+    for spec in (
+        PROXY_IMAGE, APPROVAL_IMAGE, GATEWAY_IMAGE, GIT_IMAGE, AGENT_IMAGE, SLIM_AGENT_IMAGE
+    )
+)  # fmt: skip
 NETWORKS = (stack.CLOISTER_NET, stack.EGRESS_NET, stack.CONTROL_NET, stack.PORTS_NET)
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 # What only Cloister puts there: one of these makes a directory look like Cloister's.
@@ -51,7 +54,7 @@ CONFIG_MARKERS = ("config.yaml", "tokens", "projects", "decisions")
 DATA_MARKERS = (
     "executor.json",
     "audit.log",
-    "git-guard.gitconfig",
+    "gitdirs",
     "guardian",
     "worktrees",
     "sessions",
@@ -89,7 +92,7 @@ class Step:
 @dataclass(frozen=True, slots=True)
 class Worktree:
     directory: Path
-    repository: Path | None  # where `git worktree remove` runs; None: not known
+    repository: Path | None  # its project's checkout; None: not known
     dirty: bool
 
 
@@ -104,7 +107,7 @@ class Purge:
 @dataclass
 class Summary:
     steps: list[Step] = field(default_factory=list)
-    held: list[str] = field(default_factory=list)  # cloisters whose git guard stays
+    unsynced: list[str] = field(default_factory=list)  # cloisters whose commits are not back
 
     @property
     def failed(self) -> list[Step]:
@@ -114,7 +117,7 @@ class Summary:
         return {
             "steps": [step.to_json() for step in self.steps],
             "failed": len(self.failed),
-            "guard_held": self.held,
+            "unsynced": self.unsynced,
         }
 
 
@@ -136,31 +139,10 @@ def _never(directory: Path, home: Path) -> str | None:
 
 
 def _worktrees(paths: CloisterPaths) -> list[Worktree]:
-    found = []
-    base = paths.worktrees_dir
-    for project_dir in sorted(base.iterdir()) if base.is_dir() else ():
-        for directory in sorted(project_dir.iterdir()) if project_dir.is_dir() else ():
-            if not (directory / ".git").exists():
-                continue
-            try:
-                dirty = git.is_dirty(directory)
-            except CloisterError:
-                dirty = True  # git cannot tell: count it as work that would be lost
-            found.append(
-                Worktree(directory, _repository(paths, project_dir.name, directory), dirty)
-            )
-    return found
-
-
-def _repository(paths: CloisterPaths, project: str, directory: Path) -> Path | None:
-    """As `cloister worktree remove` finds it: the project's root, else git's own idea."""
-    with contextlib.suppress(CloisterError):
-        root = load_project_config(paths, project).root
-        if root is not None:
-            return Path(str(root))
-    with contextlib.suppress(CloisterError):
-        return git.common_dir(directory).parent
-    return None
+    return [
+        Worktree(made.directory, made.checkout, made.uncommitted())
+        for made in gitdirs.made_worktrees(paths)
+    ]
 
 
 def plan_purge(paths: CloisterPaths, home: Path, *, force: bool) -> Purge:
@@ -204,18 +186,27 @@ def plan_purge(paths: CloisterPaths, home: Path, *, force: bool) -> Purge:
 # -- the steps --------------------------------------------------------------------------------
 
 
+def _unsynced_dead(context: Context, running: Sequence[str]) -> list[str]:
+    """Cloisters without a container whose git directory is still there (a killed stop,
+    a `docker rm`): its commits may not be back yet, and a purge would delete them."""
+    return [
+        name
+        for name in gc.dead_cloisters(context)
+        if name not in running and context.paths.cloister_git_dir(name).is_dir()
+    ]
+
+
 def stop_cloisters(context: Context, summary: Summary) -> Iterator[Step]:
-    for info in listing.list_cloisters(context.docker):
+    names = [info.name for info in listing.list_cloisters(context.docker)]
+    for name in [*names, *_unsynced_dead(context, names)]:
         try:
-            outcome = lifecycle.stop(context, info.name)
+            outcome = lifecycle.stop(context, name)
         except (CloisterError, docker.errors.DockerException, OSError) as error:
-            yield Step(
-                "cloister", info.name, "failed", f"could not stop cloister {info.name}: {error}"
-            )
+            yield Step("cloister", name, "failed", f"could not stop cloister {name}: {error}")
             continue
-        if outcome.guard_held:
-            summary.held.append(info.name)
-        yield Step("cloister", info.name, "done", f"stopped cloister {info.name}", outcome)
+        if outcome.sync_error is not None:
+            summary.unsynced.append(name)
+        yield Step("cloister", name, "done", f"stopped cloister {name}", outcome)
 
 
 def stop_guardian(context: Context) -> Iterator[Step]:
@@ -273,8 +264,9 @@ def remove_forwarders(client: docker.DockerClient) -> Iterator[Step]:
     def remove(name: str) -> None:
         client.containers.get(name).remove(force=True)
 
-    for forwarder in client.containers.list(all=True, filters={"label": stack.LABEL_FORWARD}):
-        yield _remove("container", forwarder.name or forwarder.short_id, remove)
+    for label in (stack.LABEL_FORWARD, stack.LABEL_SYNC):  # and syncs a killed CLI left
+        for container in client.containers.list(all=True, filters={"label": label}):
+            yield _remove("container", container.name or container.short_id, remove)
 
 
 def remove_images(client: docker.DockerClient) -> Iterator[Step]:
@@ -291,45 +283,45 @@ def remove_networks(client: docker.DockerClient) -> Iterator[Step]:
 
 
 def purge(plan: Purge, summary: Summary) -> Iterator[Step]:
-    if summary.held:
-        # Their review (`cloister review NAME --fix`) needs the session records kept here.
-        names = ", ".join(summary.held)
+    if summary.unsynced:
+        # Their git directories (in the data directory) hold the only copy of their commits.
+        names = ", ".join(summary.unsynced)
         for directory in plan.directories:
             yield Step(
                 "directory",
                 str(directory),
                 "kept",
-                f"kept {directory}: cloister(s) {names} left things that would run code in"
-                f" your repository; `cloister review NAME --fix` first, then uninstall again",
+                f"kept {directory}: the commits of cloister(s) {names} could not be brought"
+                " back; `cloister sync NAME` first, then uninstall again",
             )
         return
     for worktree in plan.worktrees:
-        if worktree.repository is None or not worktree.repository.is_dir():
-            continue  # no repository left to tell: deleting the directory is all there is
         try:
-            git.remove_worktree(worktree.repository, worktree.directory, force=True)
-        except CloisterError as error:
+            beneath.remove_tree(worktree.directory)
+        except OSError as error:
             yield Step(
                 "worktree",
                 str(worktree.directory),
                 "failed",
-                f"could not remove worktree {worktree.directory} ({error});"
-                f" `git worktree prune` in {worktree.repository} cleans up after it",
+                f"could not remove worktree {worktree.directory} ({error})",
             )
-        else:
-            yield Step(
-                "worktree",
-                str(worktree.directory),
-                "done",
-                f"removed worktree {worktree.directory}"
-                f" (its branch stays in {worktree.repository})",
-            )
+            continue
+        if worktree.repository is not None and worktree.repository.is_dir():
+            git.run(worktree.repository, "worktree", "prune", check=False)  # an older kind
+        where = f" (its branch stays in {worktree.repository})" if worktree.repository else ""
+        yield Step(
+            "worktree",
+            str(worktree.directory),
+            "done",
+            f"removed worktree {worktree.directory}{where}",
+        )
     for directory in plan.directories:
+        if not os.path.lexists(directory):  # remove_tree is content with a missing one
+            yield Step("directory", str(directory), "absent", f"{directory}: not present")
+            continue
         try:
             make_writable(directory)
-            shutil.rmtree(directory)  # never follows a link (the fd-based walk on Linux)
-        except FileNotFoundError:
-            yield Step("directory", str(directory), "absent", f"{directory}: not present")
+            beneath.remove_tree(directory)
         except OSError as error:
             yield Step(
                 "directory", str(directory), "failed", f"could not delete {directory}: {error}"

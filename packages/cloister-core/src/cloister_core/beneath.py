@@ -11,10 +11,12 @@ with ``O_NOFOLLOW``, and acts relative to the last directory's descriptor.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -205,3 +207,373 @@ def open_directory(root: Path, parts: Sequence[str] = ()) -> Iterator[int | None
         yield fd
     finally:
         os.close(fd)
+
+
+# -- whole trees ------------------------------------------------------------------------
+#
+# ``os.walk`` and ``shutil.rmtree`` recurse on Python's stack, so a tree the agent nests a
+# thousand levels deep stops them (RecursionError), and ``os.fwalk`` keeps a descriptor
+# open per level. These hold the top and the current directory open, whatever the depth:
+# a step down opens the child relative to its parent with ``O_NOFOLLOW``; a step up takes
+# ``..`` when it is still the directory recorded on the way down, and walks down again
+# from the top otherwise (the agent may have moved things meanwhile).
+
+
+@dataclass(slots=True)
+class _Level:
+    """A directory on the way down: its name in the one above, which directory it was,
+    where its path ends (:func:`fwalk`), and the subdirectories still to visit, last first."""
+
+    name: str
+    identity: tuple[int, int]
+    end: int = 0
+    pending: list[str] | None = None
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _open_same(dir_fd: int, level: _Level) -> int | None:
+    """*level* opened again from *dir_fd*; None when that name is another directory now."""
+    try:
+        fd = os.open(level.name, _DIRECTORY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    if _identity(fd) != level.identity:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _descend(base: int, levels: list[_Level]) -> int | None:
+    """A descriptor of the deepest of *levels* still reached from *base* by their names;
+    *levels* is cut after it. None (and *levels* emptied) when not even the first is."""
+    current = base
+    for depth, level in enumerate(levels):
+        below = _open_same(current, level)
+        if below is None:
+            del levels[depth:]
+            return current if current != base else None
+        if current != base:
+            os.close(current)
+        current = below
+    return current if current != base else None
+
+
+def _climb(fd: int, base: int, levels: list[_Level]) -> int | None:
+    """From *fd* (a subdirectory of ``levels[-1]``, closed here) up to ``levels[-1]``.
+
+    ``..`` is that directory unless the agent moved things; then the way is walked again
+    from *base* (see :func:`_descend`).
+    """
+    try:
+        up = os.open("..", _DIRECTORY, dir_fd=fd)
+    except OSError:
+        up = None
+    finally:
+        os.close(fd)
+    if up is not None:
+        if _identity(up) == levels[-1].identity:
+            return up
+        os.close(up)
+    return _descend(base, levels)
+
+
+def _is_directory(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _open_listed(
+    dir_fd: int, name: str, where: str, onerror: Callable[[OSError], object] | None
+) -> tuple[int, list[str], list[str]] | None:
+    """*name* in *dir_fd* opened (no link followed) and listed whole: its descriptor, its
+    subdirectories and the rest. None after telling *onerror* when that fails."""
+    try:
+        fd = os.open(name, _DIRECTORY, dir_fd=dir_fd)
+    except OSError as error:
+        if onerror is not None:
+            onerror(OSError(error.errno, error.strerror, where))
+        return None
+    directories: list[str] = []
+    others: list[str] = []
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                (directories if _is_directory(entry) else others).append(entry.name)
+    except OSError as error:
+        os.close(fd)
+        if onerror is not None:
+            onerror(OSError(error.errno, error.strerror, where))
+        return None
+    return fd, directories, others
+
+
+def fwalk(
+    root: Path, *, onerror: Callable[[OSError], object] | None = None
+) -> Iterator[tuple[str, list[str], list[str], int]]:
+    """:func:`walk`, with a descriptor of each directory (as ``os.fwalk`` gives), valid
+    until the next step: acting relative to it reaches that directory whatever its path
+    is, or how long, by then."""
+    top = os.fspath(root)
+    try:
+        base = os.open(root, _DIRECTORY)
+    except OSError as error:
+        if onerror is not None:
+            onerror(error)
+        return
+    levels: list[_Level] = []
+    fd = base  # the directory of levels[-1]; base itself only before the first step
+    path = top
+    step: tuple[str, str] | None = (".", top)  # the directory to enter next: name in fd, path
+    try:
+        while True:
+            if step is not None:
+                name, where = step
+                step = None
+                opened = _open_listed(fd, name, where, onerror)
+                if opened is not None:
+                    child, directories, others = opened
+                    if fd != base:
+                        os.close(fd)
+                    fd, path = child, where
+                    levels.append(_Level(name, _identity(fd), len(path)))
+                    yield path, directories, others, fd
+                    # As os.walk: what the caller left in the list is visited, in order.
+                    levels[-1].pending = directories[::-1]
+            if not levels:
+                return
+            pending = levels[-1].pending
+            if pending:
+                name = pending.pop()
+                step = (name, os.path.join(path, name))  # noqa: PTH118 - os.walk's strings
+                continue
+            levels.pop()
+            if not levels:
+                return
+            up = _climb(fd, base, levels)
+            fd = base  # closed by _climb
+            if up is None:
+                return
+            fd, path = up, path[: levels[-1].end]  # a directory's path begins its children's
+    finally:
+        if fd != base:
+            os.close(fd)
+        os.close(base)
+
+
+def walk(
+    root: Path, *, onerror: Callable[[OSError], object] | None = None
+) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root)`` top-down, never following a link, however deep the tree.
+
+    A link to a directory is among the other names, and so is *root* when it is a link
+    (nothing is walked). Subdirectories the caller removes from the list it is given are
+    not visited. A directory that cannot be opened or listed is skipped, after
+    *onerror* is told.
+    """
+    for path, directories, others, _ in fwalk(root, onerror=onerror):
+        yield path, directories, others
+
+
+def _loosen(fd: int, *, by_path: bool = False) -> bool:
+    """Make the directory *fd* 0700 when it is ours and locked; whether it was changed.
+
+    An ``O_PATH`` descriptor (*by_path*) cannot be ``fchmod``-ed: its ``/proc`` name is,
+    and that reaches the directory it was opened on, never a link.
+    """
+    try:
+        info = os.fstat(fd)
+        if (
+            not stat.S_ISDIR(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or stat.S_IMODE(info.st_mode) & 0o700 == 0o700
+        ):
+            return False
+        if by_path:
+            os.chmod(f"/proc/self/fd/{fd}", 0o700)  # noqa: PTH101 - a descriptor's name
+        else:
+            os.fchmod(fd, 0o700)
+    except OSError:
+        return False
+    return True
+
+
+class _Removal:
+    """One :func:`remove_tree`: the way down from the directory holding the tree, and
+    the first failure, reported when the tree is still there at the end."""
+
+    def __init__(self, base: int, top: Path) -> None:
+        self.base = base  # the directory holding the tree: the caller's, never loosened
+        self.top = top
+        self.levels: list[_Level] = []
+        self.problem: OSError | None = None
+
+    def note(self, error: OSError, name: str) -> None:
+        if self.problem is None:
+            parts = [level.name for level in self.levels] + ([name] if name else [])
+            where = self.top.parent.joinpath(*parts)
+            self.problem = OSError(error.errno, error.strerror, str(where))
+
+    def loosen(self, dir_fd: int, name: str) -> bool:
+        """Make *dir_fd* (unless it is the caller's) and its subdirectory *name* 0700."""
+        changed = dir_fd != self.base and _loosen(dir_fd)
+        try:
+            handle = os.open(name, os.O_PATH | _DIRECTORY, dir_fd=dir_fd)
+        except OSError:
+            return changed
+        try:
+            return _loosen(handle, by_path=True) or changed
+        finally:
+            os.close(handle)
+
+    def enter(self, dir_fd: int, name: str) -> int | None:
+        """*name* in *dir_fd* opened as a directory, or None: a link or file there now is
+        unlinked, never entered."""
+        loosened = False
+        while True:
+            try:
+                return os.open(name, _DIRECTORY, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return None
+            except PermissionError as error:
+                if loosened or not self.loosen(dir_fd, name):
+                    self.note(error, name)
+                    return None
+                loosened = True
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    self.unlink(dir_fd, name)
+                else:
+                    self.note(error, name)
+                return None
+
+    def unlink(self, dir_fd: int, name: str) -> bool:
+        """Unlink *name* in *dir_fd*; whether it turned out to be a directory instead."""
+        loosened = False
+        while True:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return False
+            except IsADirectoryError:
+                return True
+            except PermissionError as error:  # the agent made its directory read-only
+                if loosened or dir_fd == self.base or not _loosen(dir_fd):
+                    self.note(error, name)
+                    return False
+                loosened = True
+                continue
+            except OSError as error:
+                self.note(error, name)
+            return False
+
+    def rmdir(self, dir_fd: int, name: str) -> None:
+        loosened = False
+        while True:
+            try:
+                os.rmdir(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return
+            except NotADirectoryError:
+                self.unlink(dir_fd, name)  # a link put there meanwhile
+            except PermissionError as error:
+                if loosened or dir_fd == self.base or not _loosen(dir_fd):
+                    self.note(error, name)
+                    return
+                loosened = True
+                continue
+            except OSError as error:
+                self.note(error, name)
+            return
+
+    def clear(self, fd: int) -> list[str]:
+        """Unlink everything in *fd* but its subdirectories; those, last first."""
+        try:
+            with os.scandir(fd) as entries:
+                listed = [(entry.name, _is_directory(entry)) for entry in entries]
+        except OSError as error:
+            self.note(error, "")
+            return []
+        subdirectories = []
+        for name, directory in listed:
+            if directory or self.unlink(fd, name):
+                subdirectories.append(name)
+        subdirectories.reverse()
+        return subdirectories
+
+    def run(self) -> None:
+        name = self.top.name
+        try:
+            info = os.stat(name, dir_fd=self.base, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            self.unlink(self.base, name)
+            return
+        current = self.enter(self.base, name)
+        try:
+            if current is not None:
+                self.levels.append(_Level(name, _identity(current)))
+            while current is not None:
+                level = self.levels[-1]
+                if level.pending is None:
+                    level.pending = self.clear(current)
+                if level.pending:
+                    child_name = level.pending.pop()
+                    child = self.enter(current, child_name)
+                    if child is not None:
+                        os.close(current)
+                        current = child
+                        self.levels.append(_Level(child_name, _identity(child)))
+                    continue
+                done = self.levels.pop()
+                if not self.levels:
+                    os.close(current)
+                    current = None
+                    self.rmdir(self.base, done.name)
+                    return
+                depth = len(self.levels)
+                current = _climb(current, self.base, self.levels)
+                if current is None or len(self.levels) < depth:
+                    # Moved while it was being removed: what is left, if anything, is
+                    # reported by the check at the end.
+                    self.note(OSError(errno.EBUSY, "moved while it was being removed"), "")
+                    continue
+                self.rmdir(current, done.name)
+        finally:
+            if current is not None:
+                os.close(current)
+
+
+def remove_tree(path: Path) -> None:
+    """``shutil.rmtree(path)`` that neither recurses nor follows a link, whatever the agent
+    built there.
+
+    A link (*path* itself included) is unlinked, never what it points to. Every step is
+    relative to a directory opened with ``O_NOFOLLOW``, so a directory swapped for a link
+    meanwhile is never entered. A directory of ours the agent made read-only is made 0700
+    first. Whatever can be removed is; :class:`OSError` (the first failure) only when
+    *path* is still there at the end. A missing *path* is fine.
+    """
+    top = Path(os.path.abspath(path))  # noqa: PTH100 - resolve() would follow a link at path
+    if top.parent == top:
+        raise OSError(errno.EINVAL, "not a tree one can remove", str(top))
+    try:
+        base = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        removal = _Removal(base, top)
+        removal.run()
+        try:
+            os.stat(top.name, dir_fd=base, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        raise removal.problem or OSError(errno.ENOTEMPTY, "could not be removed", str(top))
+    finally:
+        os.close(base)

@@ -12,6 +12,7 @@ own configuration. What these rules do not cover is listed in this package's REA
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -24,7 +25,8 @@ __all__ = [
     "check_git_argv",
     "git_subcommand",
     "is_git_program",
-    "writes_only_the_index",
+    "may_change_checkout",
+    "revision_candidates",
 ]
 
 
@@ -151,7 +153,6 @@ _LONG_OPTIONS: tuple[_LongOption, ...] = (
     _LongOption("header-cmd", "it names a command git runs", shortest=7),
 )
 
-_CONTINUE = "it resumes from state in .git, which the agent can write (exec lines, strategy)"
 _TEMPLATE = "it copies hooks and config from a directory the agent may have written"
 _GIT_DIR_ELSEWHERE = "it creates the repository's .git directory wherever it points"
 _MARKS = "it writes a marks file wherever it points, outside the project too"
@@ -170,15 +171,8 @@ _SUBCOMMAND_LONG_OPTIONS: dict[str, tuple[_LongOption, ...]] = {
         _LongOption("template", _TEMPLATE),
         _LongOption("separate-git-dir", _GIT_DIR_ELSEWHERE),
     ),
-    "rebase": (_LongOption("continue", _CONTINUE), _LongOption("skip", _CONTINUE)),
-    "cherry-pick": (_LongOption("continue", _CONTINUE), _LongOption("skip", _CONTINUE)),
-    "revert": (_LongOption("continue", _CONTINUE), _LongOption("skip", _CONTINUE)),
-    "am": (
-        _LongOption("continue", _CONTINUE),
-        _LongOption("skip", _CONTINUE),
-        _LongOption("resolved", _CONTINUE),
-    ),
     "checkout-index": (_LongOption("prefix", "it writes the files under any path prefix"),),
+    "apply": (_LongOption("build-fake-ancestor", _OUTPUT),),
     "fast-export": (_LongOption("export-marks", _MARKS),),
     "fast-import": (
         _LongOption("export-marks", _MARKS),
@@ -206,7 +200,6 @@ _SHORT_OPTIONS: dict[str, dict[str, str]] = {
     "bugreport": {"o": "-o/--output-directory writes the report wherever it points"},
     "diagnose": {"o": "-o/--output-directory writes the archive wherever it points"},
     "index-pack": {"o": "-o writes the index file wherever it points"},
-    "am": {"r": "-r/--resolved resumes from state in .git, which the agent can write"},
     "help": {"w": "-w/--web starts a browser on the host"},
 }
 
@@ -456,16 +449,15 @@ def check_git_argv(argv: Sequence[str]) -> None:
     _check_options(subcommand, rest)
 
 
-# Subcommands that open nothing for writing but the index, which git writes through a
-# lock file it creates exclusively and renames (a link there cannot redirect it). The
-# executor runs every other git command with its writes confined (Landlock), which
-# costs a full fork of the daemon; these do not need it.
+# Subcommands that change neither the work tree nor the human's branches (at most the
+# index's stat data, or refs of remotes): git run for the agent may run them whatever
+# the protected paths are.
 READ_ONLY_SUBCOMMANDS = frozenset(
     {
         "blame", "cat-file", "count-objects", "describe", "diff", "diff-files",
-        "diff-index", "diff-tree", "for-each-ref", "grep", "log", "ls-files", "ls-tree",
-        "merge-base", "name-rev", "rev-list", "rev-parse", "shortlog", "show", "show-ref",
-        "status", "var", "version", "whatchanged",
+        "diff-index", "diff-tree", "fetch", "for-each-ref", "grep", "log", "ls-files",
+        "ls-remote", "ls-tree", "merge-base", "name-rev", "push", "rev-list", "rev-parse",
+        "shortlog", "show", "show-ref", "status", "var", "version", "whatchanged",
     }
 )  # fmt: skip
 
@@ -475,9 +467,58 @@ def git_subcommand(argv: Sequence[str]) -> str | None:
     return next((arg for arg in argv[1:] if not arg.startswith("-")), None)
 
 
-def writes_only_the_index(argv: Sequence[str]) -> bool:
-    """Whether a checked git argv (:func:`check_git_argv`) writes nothing but the index.
+def may_change_checkout(argv: Sequence[str]) -> bool:
+    """Whether a checked git argv (:func:`check_git_argv`) may write the work tree, the
+    index or the human's branches (unknown subcommands may)."""
+    subcommand = git_subcommand(argv)
+    return subcommand is not None and subcommand not in READ_ONLY_SUBCOMMANDS
 
-    Unknown or writing subcommands (commit, fetch, merge, branch, …) are False.
-    """
-    return git_subcommand(argv) in READ_ONLY_SUBCOMMANDS
+
+# Suffixes that name a commit's parents or a range's end, not another commit (`A^!`,
+# `A^@`, `A^-`, `A^-2`): cat-file resolves none of them, git's commands do.
+_REVISION_SUFFIX = re.compile(r"\^(?:!|@|-[0-9]*)\Z")
+_PREVIOUS = {"checkout", "switch", "merge", "rebase", "cherry-pick", "worktree"}
+
+
+def _attached_values(word: str) -> list[str]:
+    """What a cluster of short options may carry as an attached value (``-s<rev>``,
+    ``-qs<rev>`` of ``git restore``): git reads flags up to the first letter that takes
+    a value and the rest of the word as that value, so the value starts after the first
+    occurrence of some letter; flags are printable ASCII (at most 94 candidates)."""
+    values: list[str] = []
+    seen: set[str] = set()
+    for index, letter in enumerate(word[1:], start=2):
+        if not (letter.isascii() and letter.isprintable()) or letter == " ":
+            break
+        if letter not in seen:
+            seen.add(letter)
+            values.append(word[index:])
+    return values
+
+
+def revision_candidates(argv: Sequence[str]) -> list[str]:
+    """Every word of *argv* after the subcommand that may name a revision, as git would
+    read it: each argument, an option's ``=value`` or attached value (``-s<rev>``), both
+    ends of a range (``A..B``), a negated one (``^A``) plainly, and ``-`` as the previous
+    branch (``@{-1}``). Which of them do name one is git's to say; this list only has to
+    hold every one that does."""
+    subcommand = git_subcommand(argv)
+    if subcommand is None:
+        return []
+    words = list(argv[list(argv).index(subcommand) + 1 :])
+    found: list[str] = []
+    for word in words:
+        if word == "-" and subcommand in _PREVIOUS:
+            found.append("@{-1}")
+            continue
+        values = [word]
+        if word.startswith("-"):
+            values = [word.partition("=")[2]]
+            if not word.startswith("--"):
+                values += _attached_values(word)
+        for value in values:
+            for end in value.replace("...", "..").split(".."):
+                revision = _REVISION_SUFFIX.sub("", end.removeprefix("^"))
+                if revision:
+                    found.append(revision)
+    return list(dict.fromkeys(found))

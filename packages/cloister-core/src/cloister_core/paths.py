@@ -6,7 +6,7 @@ Two roots, each overridable for tests and for the guardian containers:
   ``~/.config/cloister``. Human-authored config, machine-written decisions, tokens.
 * ``<data>``: ``$CLOISTER_DATA_DIR``, else ``$XDG_DATA_HOME/cloister``, else
   ``~/.local/share/cloister``. Audit log, per-cloister logs, worktrees, rendered stack,
-  session records, quarantined files.
+  session records, the cloisters' own git directories, quarantined files.
 
 XDG is used on every platform (also macOS), as the original tool does, so that the
 paths printed in docs and error messages are the same everywhere. The environment is
@@ -162,9 +162,6 @@ class CloisterPaths:
     def session_file(self, cloister: str) -> Path:
         return self.sessions_dir / f"{validate_name(cloister, what='cloister')}.json"
 
-    def session_events(self, cloister: str) -> Path:
-        return self.sessions_dir / f"{validate_name(cloister, what='cloister')}.events"
-
     @property
     def quarantine_dir(self) -> Path:
         return self.data_dir / "quarantine"
@@ -178,8 +175,17 @@ class CloisterPaths:
         return self.snapshots_dir / validate_name(project, what="project")
 
     @property
-    def git_guard_config(self) -> Path:
-        return self.data_dir / "git-guard.gitconfig"
+    def git_dirs_dir(self) -> Path:
+        """The cloisters' own git directories (never the human's)."""
+        return self.data_dir / "gitdirs"
+
+    def cloister_git_dir(self, cloister: str) -> Path:
+        """Cloister *cloister*'s git directory, mounted over ``/work/.git`` inside it."""
+        return self.git_dirs_dir / validate_name(cloister, what="cloister")
+
+    def git_pointer(self, cloister: str) -> Path:
+        """The ``.git`` file mounted at ``/work/.git`` when that is a file on the host."""
+        return self.git_dirs_dir / f"{validate_name(cloister, what='cloister')}.pointer"
 
     @property
     def guardian_dir(self) -> Path:

@@ -1,33 +1,25 @@
-"""A cloister's session record: what its repository looked like when it started.
+"""A cloister's session record: what the host needs to know of it while it runs.
 
-``cloister start`` writes ``<data>/sessions/<cloister>.json`` before the container
-runs; the host executor reads it to check the git directory before running a command
-and to guard it while the cloister runs; ``cloister review`` and ``cloister stop``
-compare the repository with it, so the human's own setup is never reported as the
-agent's. It outlives the container (``stopped_at`` set) until the next start of the
-same cloister replaces it.
-
-Next to it, ``<cloister>.events`` collects, one JSON object per line, what the
-executor's guard undid while the cloister ran.
+``cloister start`` writes ``<data>/sessions/<cloister>.json`` before the container runs;
+the host executor reads it to run ``hostexec`` commands in the right repository and to
+sync the cloister's own git directory; ``cloister stop`` reviews the work tree against
+what was there at start (the human's own setup is never reported as the agent's). The
+sync keeps ``bases`` up to date: per branch, the last commit the human's repository
+and the cloister's agreed on (where the agent's work on it began). It outlives the
+container (``stopped_at`` set) until the next start of the same cloister replaces it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError, field_validator
 
 from cloister_core.errors import CloisterError
-from cloister_core.fileio import atomic_write
-from cloister_core.gitdir import GitDirBaseline
+from cloister_core.fileio import atomic_write, locked
 from cloister_core.names import validate_cloister_name
 from cloister_core.paths import CloisterPaths
-
-GuardAction = Literal["removed", "quarantined", "restored", "rebuilt", "refused", "paused"]
 
 
 class SessionError(CloisterError):
@@ -41,34 +33,38 @@ def _absolute(value: str | None) -> str | None:
 
 
 class SessionRecord(BaseModel):
-    """``<data>/sessions/<cloister>.json``."""
+    """``<data>/sessions/<cloister>.json``.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Fields a record of an older Cloister has and this one does not know are ignored, so
+    its cloisters can still be stopped.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     cloister: str
     project: str
     worktree: str  # the host directory mounted at /work
-    git_dir: str | None = None  # the work tree's own git directory
-    common_dir: str | None = None  # the repository's shared one
+    # Where the human's git runs for this project (the checkout the project was started
+    # in); the same as worktree unless the cloister works in a worktree of its own.
+    checkout: str | None = None
+    common_dir: str | None = None  # the human's repository's shared git directory
+    branch: str | None = None  # a worktree cloister's branch (`start -b`)
     started_at: AwareDatetime
     stopped_at: AwareDatetime | None = None
-    git_baseline: GitDirBaseline = GitDirBaseline()
-    gitlinks: tuple[str, ...] = ()  # gitlink paths in the index at start
+    synced_at: AwareDatetime | None = None
+    bases: dict[str, str] = {}  # branch -> the last commit both sides agreed on
+    host_heads: dict[str, str] = {}  # the human's branches as the cloister shows them (host/…)
+    protected: tuple[str, ...] = ()  # work-tree paths read-only inside (relative)
     nested: tuple[str, ...] = ()  # repositories nested in the work tree at start (relative)
     findings_at_start: tuple[str, ...] = ()  # fingerprints of what review found at start
     placeholders: tuple[str, ...] = ()  # made by Cloister to be kept read-only; removed at the end
-    pins: tuple[str, ...] = ()  # commondir pins made in nested repositories; removed at the end
-    guard_held: bool = False  # stop found a planted repository: the git guard stays on
-    # (st_dev, st_ino) of the work tree and git directories at start: none can be
-    # replaced from inside (mount points), so a change means something went wrong.
-    identities: dict[str, tuple[int, int]] = {}
 
     @field_validator("cloister")
     @classmethod
     def _cloister(cls, value: str) -> str:
         return validate_cloister_name(value)
 
-    @field_validator("worktree", "git_dir", "common_dir")
+    @field_validator("worktree", "checkout", "common_dir")
     @classmethod
     def _paths(cls, value: str | None) -> str | None:
         return _absolute(value)
@@ -77,44 +73,34 @@ class SessionRecord(BaseModel):
     def running(self) -> bool:
         return self.stopped_at is None
 
+    @property
+    def is_git(self) -> bool:
+        return self.checkout is not None and self.common_dir is not None
 
-class GuardEvent(BaseModel):
-    """One thing the guard did, as a line of ``<cloister>.events``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    time: AwareDatetime
-    action: GuardAction
-    path: str
-    detail: str
-    moved_to: str | None = None  # where a quarantined thing is now
-
-
-def identity(path: Path) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of *path* itself (no link followed); None when it is gone."""
-    try:
-        info = path.lstat()
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino)
-
-
-def replaced(record: SessionRecord) -> list[str]:
-    """The paths of *record*'s identities that are now something else (or gone)."""
-    return [
-        path for path, known in record.identities.items() if identity(Path(path)) != tuple(known)
-    ]
-
-
-def displayable(text: str) -> str:
-    """*text* with undecodable file-name bytes (surrogate escapes) as ``\\xNN``."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    @property
+    def shared(self) -> bool:
+        """Whether the cloister works in the human's own checkout (not a worktree of its own)."""
+        return self.checkout == self.worktree
 
 
 def write_session(paths: CloisterPaths, record: SessionRecord) -> Path:
     path = paths.session_file(record.cloister)
     atomic_write(path, record.model_dump_json(indent=2) + "\n", mode=0o600, dir_mode=0o700)
     return path
+
+
+def update_session(
+    paths: CloisterPaths, cloister: str, change: Callable[[SessionRecord], SessionRecord]
+) -> SessionRecord | None:
+    """Read, change and write *cloister*'s record under a lock (a sync and a stop may
+    write it at once); None when there is none."""
+    with locked(paths.session_file(cloister)):
+        record = read_session(paths, cloister)
+        if record is None:
+            return None
+        changed = change(record)
+        write_session(paths, changed)
+        return changed
 
 
 def read_session(paths: CloisterPaths, cloister: str) -> SessionRecord | None:
@@ -141,52 +127,3 @@ def list_sessions(paths: CloisterPaths) -> list[SessionRecord]:
         except (OSError, ValidationError):
             continue
     return records
-
-
-def append_event(
-    paths: CloisterPaths,
-    cloister: str,
-    action: GuardAction,
-    path: str,
-    detail: str,
-    *,
-    moved_to: str | None = None,
-) -> GuardEvent:
-    """Append one event; a single O_APPEND write, so concurrent writers never interleave.
-
-    Paths are the agent's choice: bytes that are no UTF-8 are kept as escapes.
-    """
-    event = GuardEvent(
-        time=datetime.now(UTC),
-        action=action,
-        path=displayable(path),
-        detail=displayable(detail),
-        moved_to=displayable(moved_to) if moved_to is not None else None,
-    )
-    file = paths.session_events(cloister)
-    file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, (event.model_dump_json() + "\n").encode("utf-8"))
-    finally:
-        os.close(fd)
-    return event
-
-
-def read_events(paths: CloisterPaths, cloister: str) -> list[GuardEvent]:
-    """The events of *cloister*'s latest session (unreadable lines are skipped)."""
-    try:
-        lines = paths.session_events(cloister).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    events = []
-    for line in lines:
-        try:
-            events.append(GuardEvent.model_validate(json.loads(line)))
-        except (ValueError, ValidationError):
-            continue
-    return events
-
-
-def clear_events(paths: CloisterPaths, cloister: str) -> None:
-    paths.session_events(cloister).unlink(missing_ok=True)

@@ -40,6 +40,11 @@ LABEL_PATH = "org.cloister.path"
 LABEL_BRANCH = "org.cloister.branch"
 LABEL_GIT_COMMON_DIR = "org.cloister.git-common-dir"
 
+# The throwaway containers that bring a cloister's commits back (`cloister sync`): the
+# image with git and Cloister's export script, and the label naming the cloister.
+GIT_IMAGE = "cloister-git:latest"
+LABEL_SYNC = "org.cloister.sync"
+
 # `cloister port`: a forwarder container per (cloister, port), on cloister-net and the
 # ports network, publishing FORWARDER_PORT on the host's 127.0.0.1 (a forwarder is not a
 # cloister: it never carries LABEL_CLOISTER).

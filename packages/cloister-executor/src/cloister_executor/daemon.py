@@ -12,9 +12,10 @@ compared in constant time, never logged) and a cloister token; the command runs 
 that cloister's host directory as recorded in ``<config>/tokens`` on this host —
 never a directory from the request — with a minimal environment, a timeout that kills
 its process group, and capped output. Requests are served concurrently. In a git
-project the checks of :mod:`cloister_executor.hostgit` come first and last, and the
-git guard (:mod:`cloister_executor.guard`) watches the repositories of running
-cloisters for as long as the daemon runs.
+project the rules of :mod:`cloister_executor.hostgit` apply (hardened git, the agent's
+branches pushed, protected paths kept), and the watch of
+:mod:`cloister_executor.syncwatch` brings running cloisters' commits back for as long
+as the daemon runs.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.audit import AuditLog
 from cloister_core.config import load_global_config
-from cloister_core.config.models import Duration, HostexecConfig
+from cloister_core.config.models import Duration, GlobalConfig, HostexecConfig
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
@@ -46,8 +47,8 @@ from cloister_core.tokens import TokenRecord
 from cloister_core.watch import TokenDirectory, file_signature
 from cloister_executor.engine import Engine
 from cloister_executor.environment import command_environment
-from cloister_executor.guard import GitGuard
-from cloister_executor.hostgit import ProjectChecks
+from cloister_executor.gitsync import Syncer
+from cloister_executor.hostgit import GitProjects
 from cloister_executor.locations import secret_path, socket_path
 from cloister_executor.protocol import (
     MAX_REQUEST_BYTES,
@@ -58,6 +59,7 @@ from cloister_executor.protocol import (
     ExecutorState,
 )
 from cloister_executor.runner import run_command
+from cloister_executor.syncwatch import SyncWatch
 
 READ_TIMEOUT = 10.0
 
@@ -88,14 +90,13 @@ class ExecutorSettings(BaseSettings):
     max_timeout: Duration = Field(
         default=timedelta(hours=1), description="no command runs longer, whatever is asked"
     )
-    guard: bool = Field(
+    watch: bool = Field(
         default=True,
-        description="guard the git directories of running cloisters (undo planted links,"
-        " quarantine repositories at gitlink paths, pause a cloister that plants links)",
+        description="bring running cloisters' commits back as they are made (cloister sync)",
     )
     docker_host: str | None = Field(
         default=None,
-        description="the Docker engine the guard pauses cloisters through (default: the"
+        description="the Docker engine syncs run their containers on (default: the"
         " DOCKER_HOST of the environment, else unix:///var/run/docker.sock)",
     )
     background: bool = Field(
@@ -157,44 +158,41 @@ class ExecutorDaemon:
         self._report = report
         self._host_env = dict(os.environ if host_environment is None else host_environment)
         self._tokens = TokenDirectory(self._paths.tokens_dir, report)
-        self._config: tuple[object, HostexecConfig] | None = None
+        self._config: tuple[object, GlobalConfig] | None = None
         self._config_error: str | None = None
         self._secret = ""
         self.socket_path = socket_path(self._paths)
         self.tcp_address: tuple[str, int] | None = None
-        # What the guard does goes to the audit log and the cloister's own log, as the
+        # What a sync does goes to the audit log and the cloister's own log, as the
         # services' lines do (links there are refused: cloister_core.audit).
-        self._audit = (
-            AuditLog(self._paths.audit_log, cloister_dir=self._paths.logs_dir, report=report)
-            if settings.guard
-            else None
+        self._audit = AuditLog(
+            self._paths.audit_log, cloister_dir=self._paths.logs_dir, report=report
         )
-        self.guard = (
-            GitGuard(
-                self._paths,
-                report,
-                Engine(settings.docker_host or self._host_env.get("DOCKER_HOST")),
-                mode=lambda: self._hostexec_config().git_guard,
-                audit=self._audit,
-            )
-            if settings.guard
-            else None
+        self.syncer = Syncer(
+            self._paths, Engine(settings.docker_host or self._host_env.get("DOCKER_HOST"))
         )
-        self._projects = ProjectChecks(self._paths, self.guard, report)
+        self.watch = (
+            SyncWatch(self._paths, self.syncer, report, self._audit) if settings.watch else None
+        )
+        self._projects = GitProjects(self._paths, self.syncer, report)
 
-    def _hostexec_config(self) -> HostexecConfig:
+    def _global_config(self) -> GlobalConfig:
         signature = file_signature(self._paths.config_file)
         if self._config is None or self._config[0] != signature:
             try:
-                config = load_global_config(self._paths, create=False).hostexec
+                config = load_global_config(self._paths, create=False)
             except CloisterError as error:
                 if str(error) != self._config_error:  # once per change, not per request
                     self._config_error = str(error)
                     self._report(f"configuration error, using the last good one: {error}")
-                return self._config[1] if self._config else HostexecConfig()
+                return self._config[1] if self._config else GlobalConfig()
             self._config = (signature, config)
             self._config_error = None
+            self.syncer.fast_forward = config.git.fast_forward
         return self._config[1]
+
+    def _hostexec_config(self) -> HostexecConfig:
+        return self._global_config().hostexec
 
     async def execute(self, raw: bytes) -> ExecResult | ExecRefusal:
         """One request line in, one answer out (pure apart from running the command)."""
@@ -210,22 +208,16 @@ class ExecutorDaemon:
         found = self._record(request)
         if isinstance(found, ExecRefusal):
             return found
-        record, cwd = found
+        record, _ = found
         config = self._hostexec_config()
         env = command_environment(self._host_env, config.env_passthrough, record)
-        prepared = await self._projects.before(record.cloister, request.argv, env, config)
+        prepared = await self._projects.before(record, request.argv, env, config)
         if isinstance(prepared, ExecRefusal):
             return prepared
         timeout = min(request.timeout_seconds, self._settings.max_timeout.total_seconds())
-        result = await run_command(
-            request.argv,
-            cwd=cwd,
-            env=prepared.env,
-            timeout_seconds=timeout,
-            preexec=prepared.preexec,
+        return await run_command(
+            prepared.argv, cwd=prepared.cwd, env=prepared.env, timeout_seconds=timeout
         )
-        withheld = await self._projects.after(prepared)
-        return ExecRefusal(reason=withheld) if withheld else result
 
     def _record(self, request: ExecRequest) -> tuple[TokenRecord, Path] | ExecRefusal:
         """The cloister and its directory (from its token file, never the request)."""
@@ -324,8 +316,8 @@ class ExecutorDaemon:
             async with asyncio.TaskGroup() as tasks:
                 for listener in listeners:
                     tasks.create_task(self._accept(listener, tasks))
-                if self.guard is not None:
-                    tasks.create_task(self.guard.run())
+                if self.watch is not None:
+                    tasks.create_task(self.watch.run())
                 # The line first: whoever waits for the state file then finds it in the log.
                 self._report(f"listening on {self.socket_path}")
                 self._write_state()
@@ -334,8 +326,7 @@ class ExecutorDaemon:
         finally:
             for listener in listeners:
                 listener.close()
-            if self._audit is not None:
-                self._audit.close()
+            self._audit.close()
             self.socket_path.unlink(missing_ok=True)
             with contextlib.suppress(FileNotFoundError, ValueError):
                 state = ExecutorState.model_validate_json(self._paths.executor_state.read_bytes())

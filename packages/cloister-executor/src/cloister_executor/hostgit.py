@@ -1,26 +1,30 @@
-"""What a command gets when it runs in a cloister's git project, and the checks around it.
+"""What a hostexec command gets in a cloister's git project, and what is checked first.
 
-Before the command: the git guard settles (everything it was told about is undone),
-then the repository's git directory is checked for what the cloister did not have when
-it started (a symbolic link or FIFO anywhere in it, a new or changed
-``objects/info/alternates``): if anything is there, or the guard had to undo something
-of this cloister's, the command is refused with a message naming the file. Every
-command then runs with git's hardened settings in its environment (so the git that
-``make`` or ``gh`` runs is hardened too); a ``git`` command's argv is checked for
-options that would override them, and its writes are confined to the project, its git
-directories and a few of the user's files git itself writes (Landlock, where the
-kernel has it: a link planted after the check still cannot send a write elsewhere).
+The human's git directory is never the agent's (each cloister has its own), so host git
+reads nothing the agent wrote there. What is left to the executor:
 
-After the command: the same check again; if something appeared while it ran, its
-output is withheld (git may have printed the content of a file it was tricked into
-reading).
+* every command in a git project runs with git's hardened settings in its environment
+  (so the git that ``make`` or ``gh`` runs is hardened too), and a ``git`` argv that
+  would override them or run a command is refused (:mod:`cloister_core.gitargv`);
+* a worktree cloister's ``git`` commands run in the human's checkout: the worktree is
+  no repository on the host (its ``.git`` names a path that exists only inside);
+* ``git push`` pushes the agent's branches: the cloister is synced first, and a
+  refspec naming one of its branches names ``refs/cloister/<cloister>/<branch>``
+  (:func:`cloister_core.owngit.push_argv`);
+* a git command that may write the work tree, the index or the human's branches is
+  refused when it could bring a change to a protected path (the read-only paths of the
+  cloister, ``.envrc``, ``.husky/``, …): when the index or the work tree already differs
+  from ``HEAD`` there, or a revision it names does (an agent's commit that changes
+  ``.envrc``, by branch name, hash or ``:/message``), or a patch it applies, or a path
+  it writes (``git mv -f``, ``git merge-file``); ``git am`` and ``git pull``, whose
+  input cannot be looked at first, are refused there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,35 +32,31 @@ from cloister_core.config.models import HostexecConfig
 from cloister_core.gitargv import (
     UnsafeGitCommandError,
     check_git_argv,
+    git_subcommand,
     is_git_program,
-    writes_only_the_index,
+    may_change_checkout,
+    revision_candidates,
 )
-from cloister_core.gitdir import SpecialScanner, planted
+from cloister_core.gitrun import GitError, run_git
 from cloister_core.gitsafety import git_environment
+from cloister_core.owngit import push_argv
 from cloister_core.paths import CloisterPaths
-from cloister_core.sessions import GuardEvent, SessionRecord, read_events, replaced
+from cloister_core.sessions import SessionRecord
+from cloister_core.tokens import TokenRecord
 from cloister_core.watch import Signature, file_signature
-from cloister_executor import index
-from cloister_executor.guard import GitGuard
-from cloister_executor.landlock import WriteConfinement, landlock_abi, preexec
+from cloister_executor.gitsync import Syncer, SyncError
 from cloister_executor.protocol import ExecRefusal
 
-# What the guard does to a cloister that makes it hostile (a link cannot be an accident).
-TAINTING = frozenset({"removed", "restored", "rebuilt", "refused", "paused"})
-# Landlock ABI 1 refuses every rename across directories, which git does for each object.
-MIN_LANDLOCK_ABI = 2
-# Files in the home directory git (or what it runs: ssh, credential helpers, gpg) writes.
-HOME_WRITABLE = (".ssh/known_hosts", ".cache/git", ".git-credentials", ".gnupg")
+LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}  # protected paths are names, not patterns
 
 
 @dataclass(slots=True)
 class Prepared:
-    """How one command runs, and what to compare with after it ran."""
+    """How one command runs."""
 
+    argv: tuple[str, ...]
+    cwd: Path
     env: dict[str, str]
-    preexec: Callable[[], None] | None = None
-    session: SessionRecord | None = None
-    events_before: int = 0
 
 
 @dataclass(slots=True)
@@ -66,18 +66,16 @@ class _Cached:
 
 
 @dataclass(slots=True)
-class ProjectChecks:
-    """The checks of :mod:`hostgit` for every cloister, with their caches."""
+class GitProjects:
+    """The git side of hostexec for every cloister (session records cached)."""
 
     paths: CloisterPaths
-    guard: GitGuard | None
+    syncer: Syncer | None
     report: Callable[[str], None]
     _sessions: dict[str, _Cached] = field(default_factory=dict)
-    _scanners: dict[str, SpecialScanner] = field(default_factory=dict)
-    _landlock_warned: bool = False
 
     def session(self, cloister: str) -> SessionRecord | None:
-        """The cloister's session record (re-read when the file changed); None if none."""
+        """The cloister's running session (re-read when the file changed); None if none."""
         path = self.paths.session_file(cloister)
         signature = file_signature(path)
         cached = self._sessions.get(cloister)
@@ -92,116 +90,305 @@ class ProjectChecks:
 
     async def before(
         self,
-        cloister: str,
+        record: TokenRecord,
         argv: tuple[str, ...],
         env: Mapping[str, str],
         config: HostexecConfig,
     ) -> Prepared | ExecRefusal:
-        session = self.session(cloister)
-        prepared = Prepared(dict(env), session=session)
-        if is_git_program(argv[0]):
+        prepared = Prepared(argv, Path(record.path), dict(env))
+        git = is_git_program(argv[0])
+        if git:
             try:
                 check_git_argv(argv)
             except UnsafeGitCommandError as error:
                 return ExecRefusal(reason=str(error))
-        if session is None or session.common_dir is None:
+        session = self.session(record.cloister)
+        if session is None or session.checkout is None or not session.is_git:
             return prepared
-        problem = await self._problems(session, deep=True)
-        if problem:
-            return ExecRefusal(reason=problem)
-        prepared.events_before = len(read_events(self.paths, cloister))
         prepared.env = git_environment(env, hooks=config.git_hooks)
-        if is_git_program(argv[0]) and not writes_only_the_index(argv):
-            prepared.preexec = self._confinement(session, env)
+        if not git:
+            return prepared
+        prepared.cwd = Path(session.checkout)
+        if git_subcommand(argv) == "push":
+            return await self._push(session, prepared)
+        if may_change_checkout(argv):
+            problem = await asyncio.to_thread(
+                _protected_problem, prepared.cwd, argv, session.protected
+            )
+            if problem is not None:
+                return ExecRefusal(reason=problem)
         return prepared
 
-    async def after(self, prepared: Prepared) -> str | None:
-        """Why the output must be withheld, or None."""
-        session = prepared.session
-        if session is None or session.common_dir is None:
-            return None
-        events = read_events(self.paths, session.cloister)
-        problem = await self._problems(session, deep=False) or (
-            _describe(events[prepared.events_before :])
-            if len(events) > prepared.events_before
-            else None
+    async def _push(self, session: SessionRecord, prepared: Prepared) -> Prepared | ExecRefusal:
+        """Sync, then push the agent's branches rather than the human's."""
+        if self.syncer is None:
+            return ExecRefusal(reason="the executor cannot sync cloisters here; refused")
+        try:
+            outcome = await asyncio.to_thread(self.syncer.sync, session.cloister, running=True)
+        except SyncError as error:
+            return ExecRefusal(
+                reason=f"git push: the cloister's branches could not be synced: {error}"
+            )
+        for line in outcome.lines():
+            self.report(f"{session.cloister}: {line}")
+        agent = await asyncio.to_thread(_agent_branches, prepared.cwd, session.cloister)
+        head = outcome.head
+        default = await asyncio.to_thread(_default_remote, prepared.cwd, head.branch)
+        prepared.argv = tuple(
+            push_argv(
+                prepared.argv,
+                cloister=session.cloister,
+                agent_branches=agent,
+                agent_head=head,
+                default_remote=default,
+            )
         )
-        if problem is None:
-            return None
-        return f"the command ran, but its output is withheld: {problem}"
+        return prepared
 
-    async def _problems(self, session: SessionRecord, *, deep: bool) -> str | None:
-        """What is wrong with the cloister's repository now; *deep*: the indexes too
-        (before a command; after one, they are checked in the background)."""
-        if self.guard is not None:
-            try:
-                if deep:
-                    await self.guard.settle(session.cloister)
-                else:
-                    self.guard.settle_links()
-            except Exception as error:  # fail closed, and say why
-                return f"the git guard failed ({type(error).__name__}: {error}); refused"
-        gone = replaced(session)
-        if gone:
-            return (
-                f"{', '.join(gone)} is not what it was when cloister {session.cloister} started;"
-                " refused"
-            )
-        events = read_events(self.paths, session.cloister)
-        hostile = [event for event in events if event.action in TAINTING]
-        if hostile:
-            return (
-                f"{_describe(hostile)}; commands of cloister {session.cloister} are refused"
-                f" from now on (`cloister review {session.cloister}`)"
-            )
-        common = session.common_dir or session.worktree
-        scanner = self._scanners.setdefault(common, SpecialScanner())
-        found = planted(Path(common), session.git_baseline, scanner)
-        if found:
-            what = "; ".join(item.describe() for item in found)
-            return (
-                f"{what}, which the repository did not have when cloister {session.cloister}"
-                " started: host git would follow it out of the project"
-            )
-        if self.guard is not None:
-            notices = self.guard.take_notices(session.cloister)
-            if notices:
-                return "; ".join(notices) + "; run the command again"
-        elif deep and session.git_dir:  # what the guard would have checked (after the links)
-            return await _index_problem(Path(session.git_dir))
+
+def _agent_branches(checkout: Path, cloister: str) -> dict[str, str]:
+    prefix = f"refs/cloister/{cloister}/"
+    output = run_git(
+        "-C", str(checkout), "for-each-ref", "--format=%(objectname) %(refname)", prefix
+    ).stdout
+    return {
+        name.removeprefix(prefix): oid
+        for oid, _, name in (line.partition(" ") for line in output.splitlines())
+    }
+
+
+def _default_remote(checkout: Path, branch: str | None) -> str:
+    """Where ``git push`` without a remote pushes *branch*: its pushRemote,
+    remote.pushDefault, its remote, else origin (git's order)."""
+    keys = [f"branch.{branch}.pushRemote"] if branch else []
+    keys.append("remote.pushDefault")
+    if branch:
+        keys.append(f"branch.{branch}.remote")
+    for key in keys:
+        result = run_git("-C", str(checkout), "config", "--get", key, check=False)
+        if result.returncode == 0 and result.stdout.strip():
+            return result.stdout.strip()
+    return "origin"
+
+
+def _protected_problem(checkout: Path, argv: Sequence[str], protected: Sequence[str]) -> str | None:
+    """Why *argv* could write a protected path of the work tree, or None."""
+    command = " ".join(argv[:2])
+    if not protected:
         return None
-
-    def _confinement(
-        self, session: SessionRecord, env: Mapping[str, str]
-    ) -> Callable[[], None] | None:
-        abi = landlock_abi()
-        if abi < MIN_LANDLOCK_ABI:
-            if not self._landlock_warned:
-                self._landlock_warned = True
-                self.report(
-                    f"Landlock ABI {abi} (need {MIN_LANDLOCK_ABI}): host git commands run"
-                    " without write confinement"
-                )
-            return None
-        home = Path(env.get("HOME") or Path.home())
-        writable = [Path(session.worktree), Path(tempfile.gettempdir()), Path("/tmp")]  # noqa: S108
-        writable += [Path(value) for value in (session.git_dir, session.common_dir) if value]
-        writable += [home / name for name in HOME_WRITABLE]
-        if runtime := os.environ.get("XDG_RUNTIME_DIR"):
-            writable.append(Path(runtime))
-        return preexec(WriteConfinement(tuple(dict.fromkeys(writable))))
-
-
-async def _index_problem(git_dir: Path) -> str | None:
+    if any("\n" in arg or "\0" in arg for arg in argv):
+        return f"`{command} …` is refused: an argument holds a line break"
     try:
-        scanned = await index.scan(git_dir)
-    except OSError as error:
-        return f"cannot read the index: {error}; refused"
-    if scanned.unsafe:
-        names = ", ".join(repr(path) for path, _ in scanned.unsafe[:5])
-        return f"the index names {names}, outside the project or in .git; refused"
+        problem = _input_problem(checkout, argv, protected)
+        if problem is None:
+            base = _base(checkout)
+            problem = _checkout_problem(checkout, protected, base) or _revision_problem(
+                checkout, argv, protected, base
+            )
+    except GitError as error:
+        return f"`{command} …` is refused: the protected paths could not be checked ({error})"
+    return f"`{command} …` is refused: {problem}" if problem else None
+
+
+def _base(checkout: Path) -> str:
+    """``HEAD``, or the empty tree while the checked-out branch has no commit yet (a
+    branch checked out then brings every file it has)."""
+    head = run_git("-C", str(checkout), "rev-parse", "--verify", "--quiet", "HEAD", check=False)
+    if head.returncode == 0:
+        return "HEAD"
+    return _git_in(checkout, "hash-object", "-t", "tree", "/dev/null").strip()
+
+
+# Subcommands that write the files their input names rather than a revision's: git am
+# (a mailbox's patches) and git pull (commits not fetched yet) cannot be checked first.
+_UNCHECKABLE = {
+    "am": "git am writes whatever files its patches name; apply them in the cloister and"
+    " let the sync bring the commits",
+    "pull": "git pull merges commits that are not fetched yet, which cannot be checked"
+    " first; run `git fetch`, then merge or rebase what it fetched",
+}
+# cherry-pick and revert take rev-list options, which pick commits by pattern or from
+# input (`--glob=refs/cloister/*`, `--stdin`): no word names them, so none is checked.
+_WALKS = frozenset({"cherry-pick", "revert"})
+_PICKING = frozenset(
+    {
+        "--all", "--branches", "--tags", "--remotes", "--glob", "--stdin", "--reflog",
+        "--alternate-refs", "--indexed-objects", "--exclude", "--bisect",
+    }
+)  # fmt: skip
+# Subcommands whose path arguments name files they write (git mv -f, git merge-file).
+_WRITES_ITS_PATHS = frozenset({"mv", "merge-file"})
+# git apply options whose separate value is no patch file; -p and -C take one too.
+_APPLY_VALUES = frozenset({"--directory", "--whitespace", "--include", "--exclude"})
+
+
+def _input_problem(checkout: Path, argv: Sequence[str], protected: Sequence[str]) -> str | None:
+    """A protected path written from what *argv* names besides revisions: a patch (git
+    apply, git am), a path (git mv, git merge-file), a remote's commits (git pull)."""
+    subcommand = git_subcommand(argv)
+    if subcommand is None:
+        return None
+    args = list(argv[list(argv).index(subcommand) + 1 :])
+    reason = _UNCHECKABLE.get(subcommand)
+    if reason is not None:
+        return f"{reason} (the project has protected paths)"
+    if subcommand == "apply":
+        return _patch_problem(checkout, args, protected)
+    if subcommand in _WALKS:
+        for arg in args:
+            if arg == "--":
+                break
+            if arg.partition("=")[0] in _PICKING:
+                return f"{arg!r} picks commits that cannot be checked first; name them"
+    if subcommand in _WRITES_ITS_PATHS:
+        ended = False
+        for arg in args:
+            if arg == "--" and not ended:
+                ended = True
+            elif (ended or not arg.startswith("-")) and _names_protected(checkout, arg, protected):
+                return f"{arg!r} is, holds or is in a protected path"
     return None
 
 
-def _describe(events: list[GuardEvent]) -> str:
-    return "; ".join(f"Cloister {event.action} {event.path} ({event.detail})" for event in events)
+def _names_protected(checkout: Path, path: str, protected: Sequence[str]) -> bool:
+    """Whether *path* (relative to the checkout, or absolute) is a protected path, is in
+    one or holds one; as written and with its links resolved, ignoring case (a macOS
+    file system does)."""
+    root = Path(os.path.realpath(checkout))
+    lexical = os.path.normpath(checkout / path)
+    names = {os.path.relpath(lexical, checkout), os.path.relpath(os.path.realpath(lexical), root)}
+    for name in names:
+        relative = "" if name == "." else name.casefold()
+        if relative == ".." or relative.startswith("../"):
+            continue  # outside the work tree
+        for item in protected:
+            candidate = os.path.normpath(item).casefold()
+            if (
+                not relative
+                or relative == candidate
+                or candidate.startswith(relative + "/")
+                or relative.startswith(candidate + "/")
+            ):
+                return True
+    return False
+
+
+def _patch_problem(checkout: Path, args: Sequence[str], protected: Sequence[str]) -> str | None:
+    """The paths the patches of a ``git apply`` would write, listed by git itself
+    (``--numstat``), with the options that move them (``-p``, ``--directory``) and no
+    other of the agent's: nothing is applied or written to check."""
+    for arg in args:
+        name = arg.partition("=")[0]
+        if len(name) > 3 and "--build-fake-ancestor".startswith(name):
+            return "git apply --build-fake-ancestor writes a file wherever it points"
+    files, moves = _apply_words(args)
+    output = _git_in(checkout, "apply", "--numstat", "-z", *moves, "--", *files)
+    for record in output.split("\0"):
+        path = record.rpartition("\t")[2]
+        if path and _names_protected(checkout, path, protected):
+            return f"a patch it applies writes {path!r}, a protected path"
+    return None
+
+
+def _apply_words(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The patch files of a ``git apply`` argv, and its ``-p``/``--directory`` options
+    (a value this misreads as a file makes the check fail: refused, the safe mistake)."""
+    files: list[str] = []
+    moves: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        name, equals, value = arg.partition("=")
+        if arg == "--":
+            files.extend(args[index:])
+            break
+        if arg.startswith("--"):
+            if name in _APPLY_VALUES and not equals and index < len(args):
+                value = args[index]
+                index += 1
+            if len(name) > 3 and "--directory".startswith(name) and (equals or value):
+                moves.append(f"--directory={value}")
+        elif arg.startswith("-") and arg != "-":
+            for at, letter in enumerate(arg[1:], start=2):
+                if letter in "pC":  # the rest of the cluster, or the next word, is its value
+                    value = arg[at:]
+                    if not value and index < len(args):
+                        value = args[index]
+                        index += 1
+                    if letter == "p":
+                        moves.append(f"-p{value}")
+                    break
+        else:
+            files.append(arg)
+    return files, moves
+
+
+def _git_in(checkout: Path, *args: str, check: bool = True, input: str | None = None) -> str:
+    return run_git("-C", str(checkout), *args, check=check, env=LITERAL, input=input).stdout
+
+
+def _checkout_problem(checkout: Path, protected: Sequence[str], base: str) -> str | None:
+    """A protected path where the index or the work tree already differs from HEAD."""
+    staged = _git_in(checkout, "diff-index", "--cached", "--name-only", base, "--", *protected)
+    if staged.strip():
+        return (
+            f"the index holds a change to {staged.split()[0]!r}, a protected path; look at"
+            " `git diff --cached` on the host"
+        )
+    changed = _git_in(checkout, "diff-files", "--name-only", "--", *protected)
+    if changed.strip():
+        return f"{changed.split()[0]!r}, a protected path, differs from HEAD; run it on the host"
+    return None
+
+
+def _objects(checkout: Path, names: Sequence[str]) -> list[tuple[str, str]]:
+    """(object, type) of each of *names* as git resolves it; ("", "missing") if it does not."""
+    output = _git_in(
+        checkout,
+        "cat-file",
+        "--batch-check=%(objectname) %(objecttype)",
+        input="".join(f"{name}\n" for name in names),
+    ).splitlines()
+    found = []
+    for line in output:
+        oid, _, kind = line.rpartition(" ")
+        found.append((oid, kind) if kind in {"commit", "tag", "tree", "blob"} else ("", "missing"))
+    return found
+
+
+def _revision_problem(
+    checkout: Path, argv: Sequence[str], protected: Sequence[str], base: str
+) -> str | None:
+    """A revision *argv* names whose tree differs from HEAD's on a protected path (by
+    name, hash, ``:/message``, ``X:`` …: whatever git resolves)."""
+    words = revision_candidates(argv)
+    if any("\n" in word or "\0" in word for word in words):
+        return "an argument holds a line break"
+    if not words:
+        return None
+    named = _objects(checkout, words)
+    trees: dict[str, str] = {
+        oid: word for (oid, kind), word in zip(named, words, strict=False) if kind == "tree"
+    }
+    peel = [
+        (oid, word)
+        for (oid, kind), word in zip(named, words, strict=False)
+        if kind in {"commit", "tag"}
+    ]
+    if peel:
+        peeled = _objects(checkout, [f"{oid}^{{tree}}" for oid, _ in peel])
+        trees |= {
+            tree: word
+            for (tree, kind), (_, word) in zip(peeled, peel, strict=False)
+            if kind == "tree"
+        }
+    for tree, word in trees.items():
+        changed = _git_in(checkout, "diff-tree", "-r", "--name-only", base, tree, "--", *protected)
+        if changed.strip():
+            return (
+                f"{word!r} changes {changed.split()[0]!r}, a protected path (the cloister"
+                " keeps it read-only); look at it, and run the command on the host if you"
+                " mean it"
+            )
+    return None

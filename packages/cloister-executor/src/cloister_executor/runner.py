@@ -14,9 +14,8 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cloister_executor.protocol import OUTPUT_CAP, ExecResult
@@ -85,7 +84,6 @@ async def _spawn(
     argv: Sequence[str],
     cwd: Path,
     env: Mapping[str, str],
-    preexec: Callable[[], None] | None = None,
 ) -> tuple[asyncio.subprocess.Process, int, int]:
     """Start *argv* in its own session; returns it and the read ends of its output pipes."""
     _check(argv, cwd)
@@ -102,7 +100,6 @@ async def _spawn(
             stdout=out_write,
             stderr=err_write,
             start_new_session=True,
-            preexec_fn=preexec,
         )
     except BaseException as error:
         os.close(out_read)
@@ -111,8 +108,6 @@ async def _spawn(
             raise _SpawnError(127, f"command not found: {argv[0]}") from None
         if isinstance(error, PermissionError):
             raise _SpawnError(126, f"permission denied: {argv[0]}") from None
-        if isinstance(error, subprocess.SubprocessError):  # the preexec step failed
-            raise _SpawnError(126, f"cannot confine {argv[0]}'s writes: {error}") from None
         if isinstance(error, OSError | ValueError):
             raise _SpawnError(126, f"cannot run {argv[0]}: {error}") from None
         raise
@@ -172,16 +167,12 @@ async def run_command(
     env: Mapping[str, str],
     timeout_seconds: float,
     cap: int = OUTPUT_CAP,
-    preexec: Callable[[], None] | None = None,
 ) -> ExecResult:
-    """Run *argv* in *cwd* with exactly *env*; never raises for the command's failures.
-
-    *preexec* runs in the child before the program (the Landlock confinement).
-    """
+    """Run *argv* in *cwd* with exactly *env*; never raises for the command's failures."""
     started = time.monotonic()
     out, err = _Capture(cap), _Capture(cap)
     try:
-        process, out_read, err_read = await _spawn(argv, cwd, env, preexec)
+        process, out_read, err_read = await _spawn(argv, cwd, env)
     except _SpawnError as refused:
         return ExecResult(
             exit_code=refused.exit_code,

@@ -50,6 +50,10 @@ def rules_text(
         "",
         "- Your project is `/work`, a git repository. Work there; committing is fine."
         " Only `/work` is kept: anything you write elsewhere is lost when the cloister stops.",
+        "- Its git directory is this cloister's own: your commits reach the human's"
+        f" repository within seconds, as {_code(f'refs/cloister/{cloister}/<branch>')}; the human's"
+        " branches show here as `host/<branch>` (merge them with `git merge host/main`)."
+        " `hostexec git push origin BRANCH` pushes your BRANCH.",
         "- Other repositories, read-only (read them, do not try to change them):",
         *ref_lines,
         "",

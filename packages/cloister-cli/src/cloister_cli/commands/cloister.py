@@ -303,6 +303,16 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
         if not outcome.stopped:
             raise click.ClickException(f"no cloister {each!r} (`cloister list`)")
         click.echo(f"stopped {each}")
+        if outcome.sync is not None:
+            for line in outcome.sync.lines():
+                note(printable(line))
+        if outcome.sync_error is not None:
+            warn(
+                f"its commits could not be brought back ({printable(outcome.sync_error)});"
+                f" its git directory is kept: `cloister sync {each}` tries again"
+            )
+        for line in outcome.moved:
+            note(f"moved a repository the agent made in the project: {printable(line)}")
         if outcome.review_error is not None:
             warn(
                 f"could not review what cloister {each} left ({outcome.review_error});"
@@ -310,13 +320,8 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
             )
         if outcome.report is not None:
             print_report(outcome.report, who=f"cloister {each}")
-        if outcome.guard_held:
-            warn(
-                "git's guard stays in this repository (your git does not enter submodules)"
-                f" until `cloister review {each} --fix` has dealt with these"
-            )
-        elif outcome.report is not None and outcome.report.findings:
-            note(f"`cloister review {each}` shows them again")
+            if outcome.report.findings:
+                note(f"`cloister review {each}` shows them again")
 
 
 class _ExecCommand(click.Command):

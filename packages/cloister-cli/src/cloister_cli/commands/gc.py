@@ -27,6 +27,7 @@ def _survey_json(found: Survey) -> dict[str, Any]:
             for orphan in found.orphans
         ],
         "stale_port_forwarders": found.stale_ports,
+        "sync_containers": found.syncs,
     }
 
 
@@ -39,6 +40,8 @@ def _print_survey(found: Survey) -> None:
         click.echo(f"an interrupted snapshot's scratch directory: {printable(str(path))}")
     for orphan in found.orphans:
         click.echo(f"orphan worktree {printable(str(orphan.path))}: {printable(orphan.reason)}")
+    for name in found.syncs:
+        click.echo(f"a sync container a killed `cloister sync` left: {printable(name)}")
     for name in found.stale_ports:
         click.echo(f"port forwarder {name}: its cloister is gone")
 
@@ -48,6 +51,13 @@ def _print_collected(done: Collected) -> None:
 
     for name, outcome in done.stopped.items():
         click.echo(f"cleaned up after cloister {name}")
+        for line in outcome.sync.lines() if outcome.sync is not None else ():
+            note(printable(line))
+        if outcome.sync_error is not None:
+            warn(
+                f"the commits of cloister {name} could not be brought back"
+                f" ({printable(outcome.sync_error)}); `cloister sync {name}` tries again"
+            )
         if outcome.review_error is not None:
             warn(f"could not review what cloister {name} left ({outcome.review_error})")
         if outcome.report is not None:
@@ -63,6 +73,8 @@ def _print_collected(done: Collected) -> None:
         click.echo(f"removed orphan worktree {printable(str(path))}")
     for name in done.forwarders:
         click.echo(f"removed port forwarder {name} (its cloister is gone)")
+    if done.syncs:
+        click.echo(f"removed {done.syncs} sync container(s) left behind")
 
 
 @click.command("gc")

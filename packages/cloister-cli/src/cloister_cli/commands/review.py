@@ -26,8 +26,6 @@ def _report_json(report: sessions.Report, actions: list[str]) -> dict[str, Any]:
         "worktree": str(report.target.worktree),
         "baseline": session is not None,
         "findings": [finding.to_json() for finding in report.findings],
-        "guard_events": [event.model_dump(mode="json") for event in report.events],
-        "guard_held": bool(session and session.guard_held) and report.holds_guard,
         "fixed": actions,
     }
 
@@ -36,11 +34,7 @@ LABELS = {"runs-code": "runs code", "reads-outside": "reads outside", "review": 
 
 
 def print_report(report: sessions.Report, *, who: str) -> None:
-    """The findings for a person, on stderr: what the guard undid, then what is left."""
-    for event in report.events:
-        note(f"while it ran, Cloister {event.action} {event.path}: {event.detail}")
-        for finding in report.moved.get(event.path, []):
-            note(f"  it would have run: {finding.summary}")
+    """The findings for a person, on stderr."""
     if not report.findings:
         return
     count = len(report.findings)
@@ -72,10 +66,10 @@ def print_report(report: sessions.Report, *, who: str) -> None:
 def review(context: Context, name: str | None, as_json: bool, fix: bool, yes: bool) -> None:
     """Show what a cloister left that would run code or read outside the project.
 
-    Compares the work tree and the git directory with what they held when the
-    cloister started (the human's own setup is never reported): nested
-    repositories with code-running config, gitlinks, links in .git, hook
-    configuration, .envrc, VS Code tasks run on folder open, and more.
+    Compares the work tree with what it held when the cloister started (the
+    human's own setup is never reported): nested repositories with code-running
+    config, hook configuration, .envrc, mise hooks, VS Code tasks run on folder
+    open, links out of the project, and more.
     `cloister stop` runs it too. Exits with status 3 when something is found.
 
     \b
@@ -93,7 +87,7 @@ def review(context: Context, name: str | None, as_json: bool, fix: bool, yes: bo
         note("no cloister has worked here: everything found is listed")
     target = sessions.review_target(session) if session else _unknown_directory(Path.cwd())
     who = f"cloister {session.cloister}" if session else "this project"
-    report = sessions.report(context.paths, session, target)
+    report = sessions.report(session, target)
     actions: list[str] = []
     if fix and any(finding.fix for finding in report.findings):
         report, actions = _fix(context, report, who=who, quiet=as_json, yes=yes)
@@ -123,8 +117,6 @@ def _fix(
     if not quiet:
         for action in outcome.actions:
             note(action)
-        if outcome.released:
-            note("the git guard is removed from this repository")
     return outcome.after, outcome.actions
 
 

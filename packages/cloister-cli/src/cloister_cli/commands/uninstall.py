@@ -98,10 +98,10 @@ def uninstall(context: Context, purge: bool, force: bool, yes: bool, as_json: bo
     summary = library.uninstall(context, plan, progress)
     if as_json:
         print_json(summary.to_json())
-    for name in summary.held:
+    for name in summary.unsynced:
         warn(
-            f"git's guard stays in the repository of cloister {name}"
-            f" until `cloister review {name} --fix` has dealt with what it left"
+            f"the commits of cloister {name} could not be brought back: its git directory"
+            f" stays in the data directory until `cloister sync {name}` works"
         )
     if summary.failed:
         raise click.ClickException(

@@ -7,7 +7,6 @@ models and the docker SDK.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -43,24 +42,19 @@ def worktree_list(context: Context, project_name: str | None, as_json: bool) -> 
       cloister worktree list
       cloister worktree list my-api --json
     """
-    from cloister_cli import projects  # noqa: PLC0415 - see the module docstring
+    from cloister_cli import gitdirs  # noqa: PLC0415 - see the module docstring
 
-    names = (
-        [project_name] if project_name else [p.name for p in projects.list_projects(context.paths)]
-    )
-    rows = []
-    for name in names:
-        base = context.paths.worktrees_dir / validate_name(name, what="project name")
-        for directory in sorted(base.iterdir()) if base.is_dir() else ():
-            if (directory / ".git").exists():
-                rows.append(
-                    {
-                        "project": name,
-                        "branch": git.current_branch(directory),
-                        "path": str(directory),
-                        "dirty": git.is_dirty(directory),
-                    }
-                )
+    if project_name is not None:
+        validate_name(project_name, what="project name")
+    rows = [
+        {
+            "project": made.project,
+            "branch": made.branch,
+            "path": str(made.directory),
+            "dirty": made.uncommitted(),
+        }
+        for made in gitdirs.made_worktrees(context.paths, project_name)
+    ]
     if as_json:
         print_json(rows)
         return
@@ -96,7 +90,8 @@ def worktree_remove(context: Context, project_name: str, branch: str, force: boo
       cloister worktree remove my-api feature/login
       cloister worktree remove my-api feature/login -f
     """
-    from cloister_core.config import load_project_config  # noqa: PLC0415
+    from cloister_cli import gitdirs  # noqa: PLC0415 - see the module docstring
+    from cloister_core import beneath  # noqa: PLC0415
 
     directory = context.paths.worktree(project_name, sanitize_branch(branch))
     if not directory.is_dir():
@@ -104,11 +99,21 @@ def worktree_remove(context: Context, project_name: str, branch: str, force: boo
     running = [c.name for c in listing.list_cloisters(context.docker) if c.path == str(directory)]
     if running:
         raise click.ClickException(f"stop its cloister first: cloister stop {running[0]}")
-    if git.is_dirty(directory) and not force:
+    made = next(
+        (
+            m
+            for m in gitdirs.made_worktrees(context.paths, project_name)
+            if m.directory == directory
+        ),
+        None,
+    )
+    if made is not None and made.uncommitted() and not force:
         raise click.ClickException(
-            f"{directory} has uncommitted changes; commit them, or remove anyway with -f"
+            f"{directory} holds work its branch does not have (or Cloister cannot tell);"
+            " commit it inside the cloister, or remove anyway with -f"
         )
-    root = load_project_config(context.paths, project_name).root
-    repository = git.common_dir(directory).parent if root is None else root
-    git.remove_worktree(Path(str(repository)), directory, force=force)
-    click.echo(f"removed {directory}")
+    beneath.remove_tree(directory)
+    if made is not None and made.checkout is not None:
+        # A worktree an older Cloister registered: the repository forgets it.
+        git.run(made.checkout, "worktree", "prune", check=False)
+    click.echo(f"removed {directory} (the branch stays; the agent's is refs/cloister/…)")

@@ -16,6 +16,7 @@ from typing import IO
 from docker.utils.build import PatternMatcher
 
 from cloister_cli.projectimages.model import DOCKERFILE_NAME, Build, Entry, ProjectImageError
+from cloister_core import beneath
 
 _CHUNK = 256 * 1024
 _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -60,12 +61,44 @@ def _ignore_patterns(context: Path) -> list[str]:
     return [*patterns, ".git"]  # last: a `!.git/...` of the file cannot bring it back
 
 
+def _ignored(matcher: PatternMatcher, name: str) -> bool:
+    # docker's code matches strings: the stub's PathLike would fail there.
+    return bool(matcher.matches(name))  # type: ignore[arg-type]
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _walk(context: Path, matcher: PatternMatcher) -> list[str]:
+    """The names ``PatternMatcher.walk`` gives (what Docker would be sent), walked without
+    recursion (:func:`beneath.walk`): the agent can nest the context a thousand deep."""
+    names: list[str] = []
+    for directory, subdirectories, others in beneath.walk(context, onerror=_raise):
+        relative = os.path.relpath(directory, context)
+        prefix = "" if relative == "." else f"{relative}/"
+        names += [prefix + name for name in others if not _ignored(matcher, prefix + name)]
+        entered = []
+        for name in subdirectories:
+            path = prefix + name
+            if not _ignored(matcher, path):
+                names.append(path)
+                entered.append(name)
+            elif any(
+                pattern.exclusion and pattern.cleaned_pattern.startswith(path)
+                for pattern in matcher.patterns
+            ):
+                entered.append(name)  # as docker: a `!dir/file` may bring back some of it
+        subdirectories[:] = entered
+    return names
+
+
 def scan(context: Path) -> tuple[Entry, ...]:
     """Every path of *context* Docker would be sent, in sorted order, with its digest."""
     matcher = PatternMatcher(_ignore_patterns(context))
     entries: list[Entry] = []
     try:
-        names = sorted(matcher.walk(str(context)))
+        names = sorted(_walk(context, matcher))
     except OSError as error:
         raise ProjectImageError(f"cannot read the build context {context}: {error}") from None
     for name in names:
@@ -74,6 +107,8 @@ def scan(context: Path) -> tuple[Entry, ...]:
             info = path.lstat()
         except FileNotFoundError:
             continue  # gone while we walked
+        except OSError as error:  # a path too long for the kernel, nested that deep
+            raise ProjectImageError(f"cannot read {path}: {error.strerror}") from None
         mode = stat.S_IMODE(info.st_mode)
         if stat.S_ISDIR(info.st_mode):
             entries.append(Entry(name, "dir", mode, ""))

@@ -1,9 +1,11 @@
 """The detectors: one pure function per finding kind over a :class:`TreeScan`.
 
-Each returns what it found now; whether the human already had it when the cloister
-started is the caller's question (fingerprints, :func:`new_findings`). This module
-holds the work-tree detectors and the :data:`DETECTORS` table; the repository and
-git-directory ones are in :mod:`.repodetectors` and :mod:`.gitdetectors`.
+They look at the work tree the human shares with the agent, never at a git directory
+(the human's is not the agent's, and the cloister's own is Cloister's to check). Each
+returns what it found now; whether the human already had it when the cloister started
+is the caller's question (fingerprints, :func:`new_findings`). This module holds the
+work-tree file detectors and the :data:`DETECTORS` table; nested repositories are in
+:mod:`.repodetectors`, mise in :mod:`.misedetectors`.
 """
 
 from __future__ import annotations
@@ -16,20 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from cloister_cli.review import jsonc
-from cloister_cli.review.files import Entry, digest, inside, lexical_target, read_below, shorten
+from cloister_cli.review.files import Entry, digest, inside, lexical_target, shorten
 from cloister_cli.review.findings import Finding, FindingKind, finding
-from cloister_cli.review.gitdetectors import (
-    detect_alternates,
-    detect_git_dir_links,
-    detect_git_info_files,
-    detect_sequencer,
-    detect_unsafe_index_entries,
-)
-from cloister_cli.review.repodetectors import (
-    detect_gitlinks_without_gitmodules,
-    detect_nested_repositories,
-)
-from cloister_cli.review.scan import Marked, TreeScan
+from cloister_cli.review.misedetectors import detect_mise
+from cloister_cli.review.repodetectors import detect_nested_repositories
+from cloister_cli.review.scan import TASKS_FILE, Marked, TreeScan
 
 Detector = Callable[[TreeScan], Iterable[Finding]]
 
@@ -89,9 +82,6 @@ def detect_attributes_drivers(scan: TreeScan) -> list[Finding]:
     found = []
     for marked in scan.attributes:
         found.extend(_attributes_findings(marked.relative, marked.entry))
-    info = scan.info_attributes
-    if info is not None and info.kind == "file":
-        found.extend(_attributes_findings(scan.places.show(info.path), info))
     return found
 
 
@@ -142,42 +132,37 @@ def _task_command(task: Mapping[str, Any]) -> str:
     return " ".join(word for word in words if word) or f"a `{merged.get('type', '?')}` task"
 
 
-def _tasks_entry(scan: TreeScan) -> Entry | None:
-    """``.vscode/tasks.json``, or what it links to when that is inside the work tree."""
-    entry = scan.tasks
-    if entry is None or entry.kind != "symlink" or entry.link is None:
-        return entry
-    real = os.path.realpath(entry.path)
-    root = scan.places.real_worktree
-    if not inside(real, root) or real == str(root):
-        return None
-    return read_below(root, Path(real).relative_to(root).as_posix())
+def _task_list(document: object, *, workspace: bool) -> list[object]:
+    """The tasks of a parsed tasks.json (``tasks``) or workspace file (``tasks.tasks``)."""
+    tasks = document.get("tasks") if isinstance(document, dict) else None
+    if workspace:
+        tasks = tasks.get("tasks") if isinstance(tasks, dict) else None
+    return tasks if isinstance(tasks, list) else []
 
 
-def detect_vscode_tasks(scan: TreeScan) -> list[Finding]:
-    entry = _tasks_entry(scan)
-    if entry is None or entry.kind != "file":
-        return []
-    shown = ".vscode/tasks.json"
+def _vscode_findings(shown: str, entry: Entry, opening: str, *, workspace: bool) -> list[Finding]:
+    """The tasks of one file that VS Code runs on opening; *opening* says what is opened."""
     try:
+        if entry.truncated:
+            raise ValueError("larger than 1 MiB")
         document = jsonc.loads(entry.text)
-    except ValueError:
-        if FOLDER_OPEN not in entry.text:
-            return []
+    except ValueError as error:
+        # VS Code's parser is lenient: it may well read tasks from what fails here.
+        mentioned = FOLDER_OPEN in entry.text
         return [
             finding(
                 "vscode-task",
                 shown,
-                "runs-code",
-                "VS Code may run a task when you open the folder (in a trusted workspace): "
-                f"the file mentions {FOLDER_OPEN} but does not parse",
+                "runs-code" if mentioned else "review",
+                f"VS Code may run a task when you open {opening} (in a trusted workspace): "
+                + (f"the file mentions {FOLDER_OPEN} but " if mentioned else "")
+                + f"does not parse ({error})",
                 content=entry.content_digest,
                 details=[line.strip() for line in entry.lines if FOLDER_OPEN in line],
             )
         ]
-    tasks = document.get("tasks", []) if isinstance(document, dict) else []
     found = []
-    for task in tasks if isinstance(tasks, list) else []:
+    for task in _task_list(document, workspace=workspace):
         if not isinstance(task, dict):
             continue
         options = task.get("runOptions")
@@ -190,12 +175,30 @@ def detect_vscode_tasks(scan: TreeScan) -> list[Finding]:
                 "vscode-task",
                 shown,
                 "runs-code",
-                f"VS Code runs `{shorten(command, 80)}` when you open the folder "
+                f"VS Code runs `{shorten(command, 80)}` when you open {opening} "
                 "(in a trusted workspace)",
                 content=digest(canonical),
                 details=(f"label: {task.get('label', '?')}", f"command: {command}"),
             )
         )
+    return found
+
+
+def detect_vscode_tasks(scan: TreeScan) -> list[Finding]:
+    """Tasks run on folder open: in every ``.vscode/tasks.json`` (a workspace file may
+    list any folder) and in every ``*.code-workspace`` file."""
+    found = []
+    for marked in scan.tasks:
+        entry = scan.regular(marked.entry)
+        if entry is None:
+            continue
+        folder = marked.relative.removesuffix(TASKS_FILE)
+        opening = f"the folder {folder} (or a workspace with it)" if folder else "the folder"
+        found.extend(_vscode_findings(marked.relative, entry, opening, workspace=False))
+    for marked in scan.workspaces:
+        entry = scan.regular(marked.entry)
+        if entry is not None:
+            found.extend(_vscode_findings(marked.relative, entry, "this workspace", workspace=True))
     return found
 
 
@@ -314,19 +317,13 @@ def detect_outside_symlinks(scan: TreeScan) -> list[Finding]:
     return found
 
 
-DETECTORS: tuple[tuple[FindingKind, Detector, bool], ...] = (
-    # (kind, detector, needs git)
-    ("nested-repository", detect_nested_repositories, False),
-    ("gitlink-without-gitmodules", detect_gitlinks_without_gitmodules, True),
-    ("git-dir-link", detect_git_dir_links, True),
-    ("alternates", detect_alternates, True),
-    ("git-info-file", detect_git_info_files, True),
-    ("attributes-driver", detect_attributes_drivers, False),
-    ("envrc", detect_envrcs, False),
-    ("vscode-task", detect_vscode_tasks, False),
-    ("hook-config", detect_hook_configs, False),
-    ("gitmodules", detect_gitmodules, False),
-    ("sequencer", detect_sequencer, True),
-    ("index-entry", detect_unsafe_index_entries, True),
-    ("outside-symlink", detect_outside_symlinks, False),
+DETECTORS: tuple[tuple[FindingKind, Detector], ...] = (
+    ("nested-repository", detect_nested_repositories),
+    ("attributes-driver", detect_attributes_drivers),
+    ("envrc", detect_envrcs),
+    ("vscode-task", detect_vscode_tasks),
+    ("mise", detect_mise),
+    ("hook-config", detect_hook_configs),
+    ("gitmodules", detect_gitmodules),
+    ("outside-symlink", detect_outside_symlinks),
 )

@@ -17,22 +17,16 @@ from cloister_core.printable import printable
 
 FindingKind = Literal[
     "nested-repository",
-    "gitlink-without-gitmodules",
-    "git-dir-link",
-    "alternates",
-    "git-info-file",
     "attributes-driver",
     "envrc",
     "vscode-task",
+    "mise",
     "hook-config",
     "gitmodules",
-    "sequencer",
     "outside-symlink",
-    "replaced",
-    "index-entry",
 ]
 Severity = Literal["runs-code", "reads-outside", "review"]
-FixAction = Literal["quarantine", "remove", "rebuild-index"]
+FixAction = Literal["quarantine"]
 
 SEVERITY_ORDER: dict[Severity, int] = {"runs-code": 0, "reads-outside": 1, "review": 2}
 MAX_DETAILS = 40
@@ -42,7 +36,11 @@ MAX_SUMMARY_WIDTH = 400
 
 @dataclass(frozen=True, slots=True)
 class ReviewTarget:
-    """What to review: a work tree and, for a git project, its git directories."""
+    """What to review: a work tree and, for a git project, the human's git directories.
+
+    The git directories are never reviewed (the agent never had them): git is only asked
+    where the human's hooks are and which paths the human's index holds as gitlinks.
+    """
 
     worktree: Path  # the work tree (host path) the cloister had at /work
     git_dir: Path | None  # that work tree's own git dir (.git, or .git/worktrees/<id>)
@@ -54,9 +52,9 @@ class Fix:
     """What ``--fix`` does about a finding; data is moved aside, never deleted."""
 
     action: FixAction
-    target: Path  # absolute host path moved to the quarantine / removed (a link or FIFO only)
+    target: Path  # absolute host path moved to the quarantine
     description: str  # "move sub/.git to the quarantine"
-    relative: str  # where it goes below the quarantine: "sub/.git", ".git/packed-refs"
+    relative: str  # where it goes below the quarantine: "sub/.git"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +62,7 @@ class Finding:
     """One thing that would run code or read outside the project, or needs a look."""
 
     kind: FindingKind
-    path: str  # for humans: "sub/", ".envrc", ".git/packed-refs", or absolute
+    path: str  # for humans, relative to the work tree: "sub/", ".envrc", "mise.toml"
     severity: Severity
     summary: str  # one line: what it would run or read, and when
     details: tuple[str, ...]

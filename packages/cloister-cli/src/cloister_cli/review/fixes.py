@@ -1,11 +1,8 @@
 """``--fix``: move what a review found into a quarantine, never deleting data.
 
 Each call makes a new ``<quarantine>/<UTC time>/`` whose layout mirrors the work tree
-(the git directory's things under ``.git/``) and writes ``MANIFEST.json`` there, so
-the human can look at, or put back, anything moved. Only a symbolic link or a FIFO is
-ever removed, and only if it still is one: it is first renamed into the quarantine
-(atomic, and whatever is there is kept), checked there with ``lstat``, and unlinked
-only then.
+and writes ``MANIFEST.json`` there, so the human can look at, or put back, anything
+moved. Nothing is deleted: a link is moved as a link, never followed.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cloister_cli.review.findings import Finding, Fix
-from cloister_cli.review.gitreads import Git
 from cloister_core.fileio import atomic_write
 
 MANIFEST = "MANIFEST.json"
@@ -83,14 +79,12 @@ class _Run:
             self.directory = _new_directory(self.parent)
         return _destination(self.directory, fix.relative)
 
-    def record(
-        self, fix: Fix, item: Finding, action: str, moved_to: Path | None, link: str | None
-    ) -> None:
+    def record(self, fix: Fix, item: Finding, moved_to: Path, link: str | None) -> None:
         self.manifest.append(
             {
                 "original": str(fix.target),
-                "action": action,
-                "moved_to": None if moved_to is None else str(moved_to),
+                "action": fix.action,
+                "moved_to": str(moved_to),
                 "kind": item.kind,
                 "link_target": link,
             }
@@ -109,73 +103,8 @@ class _Run:
         except OSError as error:
             self.lines.append(f"could not move {shown}: {error}")
             return
-        self.record(fix, item, "quarantine", destination, link)
+        self.record(fix, item, destination, link)
         self.lines.append(f"moved {shown} to {destination}")
-
-    def remove(self, fix: Fix, item: Finding, shown: str) -> None:
-        try:
-            info = os.lstat(fix.target)
-        except FileNotFoundError:
-            self.lines.append(f"skipped {shown}: it is no longer there")
-            return
-        if not (stat.S_ISLNK(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
-            self.lines.append(f"skipped {shown}: it is no longer a symbolic link or FIFO")
-            return
-        link = _link_target(fix.target, info.st_mode)
-        what = f"a symbolic link to {link}" if link is not None else "a FIFO"
-        destination = self.where(fix)
-        try:
-            destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if os.path.lexists(destination):
-                raise FileExistsError(errno.EEXIST, "already in the quarantine", str(destination))
-            fix.target.rename(destination)
-        except OSError as error:
-            if error.errno == errno.EXDEV:
-                self._unlink_in_place(fix, item, shown, what, link)
-            else:
-                self.lines.append(f"could not remove {shown}: {error}")
-            return
-        moved = os.lstat(destination)
-        if not (stat.S_ISLNK(moved.st_mode) or stat.S_ISFIFO(moved.st_mode)):
-            # Swapped for something else between the check and the move: keep it.
-            self.record(fix, item, "quarantine", destination, None)
-            self.lines.append(f"moved {shown} to {destination}: it changed, so it was kept")
-            return
-        destination.unlink()
-        self.record(fix, item, "remove", None, link)
-        self.lines.append(f"removed {shown} ({what})")
-
-    def _unlink_in_place(
-        self, fix: Fix, item: Finding, shown: str, what: str, link: str | None
-    ) -> None:
-        """The quarantine is on another file system: check again, then unlink."""
-        try:
-            info = os.lstat(fix.target)
-            if not (stat.S_ISLNK(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
-                self.lines.append(f"skipped {shown}: it is no longer a symbolic link or FIFO")
-                return
-            fix.target.unlink()
-        except OSError as error:
-            self.lines.append(f"could not remove {shown}: {error}")
-            return
-        self.record(fix, item, "remove", None, link)
-        self.lines.append(f"removed {shown} ({what})")
-
-    def rebuild_index(self, fix: Fix, item: Finding, shown: str) -> None:
-        """Move the index to the quarantine and make a new one from HEAD (the work tree
-        is not touched; what was staged stays in the moved file)."""
-        destination = self.where(fix)
-        try:
-            _move(fix.target, destination)
-        except OSError as error:
-            self.lines.append(f"could not move {shown}: {error}")
-            return
-        git_dir = fix.target.parent
-        if not Git().read_tree(git_dir):
-            self.lines.append(f"moved {shown} to {destination}, but git could not rebuild it")
-            return
-        self.record(fix, item, "rebuild-index", destination, None)
-        self.lines.append(f"moved {shown} to {destination} and rebuilt it from HEAD")
 
     def finish(self) -> None:
         if self.directory is not None:
@@ -189,7 +118,7 @@ class _Run:
 
 def _within(target: Path, roots: Sequence[Path]) -> bool:
     """Whether *target* is below one of *roots*, reached through no link (the agent
-    chose what a finding names: a gitlink ``../other/repo`` leads out of the project)."""
+    shaped the tree a finding names: a directory on the way may now be a link out)."""
     for root in roots:
         try:
             parts = Path(os.path.normpath(target)).relative_to(os.path.normpath(root)).parts
@@ -209,9 +138,8 @@ def apply_fixes(
 ) -> list[str]:
     """Do each distinct fix of *findings* once; one line per action, for the human.
 
-    Only for targets below *within* (the work tree, the git directories), reached
-    through no link. The quarantine directory is made only when there is something to
-    move.
+    Only for targets below *within* (the work tree), reached through no link. The
+    quarantine directory is made only when there is something to move.
     """
     distinct: dict[tuple[str, Path], tuple[Fix, Finding]] = {}
     for item in findings:
@@ -219,13 +147,9 @@ def apply_fixes(
             distinct.setdefault((item.fix.action, item.fix.target), (item.fix, item))
     run = _Run(quarantine)
     for fix, item in distinct.values():
-        shown = str(fix.target) if item.path.startswith("/") else fix.relative
+        shown = fix.relative
         if not _within(fix.target, within):
             run.lines.append(f"skipped {shown}: it is not inside the project")
-        elif fix.action == "remove":
-            run.remove(fix, item, shown)
-        elif fix.action == "rebuild-index":
-            run.rebuild_index(fix, item, shown)
         else:
             run.quarantine(fix, item, shown)
     run.finish()

@@ -1,5 +1,8 @@
 """The few questions a review asks git itself, asked the hardened way.
 
+Where the human's hooks are, which paths the human's index holds as gitlinks, and what
+a config file says; nothing else of the git directories is looked at.
+
 Every call is an argv list with :func:`cloister_core.gitsafety.git_environment` (no
 fsmonitor, no hooks, no submodule recursion), stdin closed unless it carries a config
 to parse, ``-z`` output and a timeout. A failing or hanging git answers "nothing":
@@ -19,12 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cloister_core.gitdir import unsafe_index_path
 from cloister_core.gitsafety import git_environment
 
 CALL_TIMEOUT_SECONDS = 60.0
 CONFIG_TIMEOUT_SECONDS = 15.0
-GITLINK_MODE = "160000"
+GITLINK_MODE = b"160000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,35 +75,18 @@ class Git:
         except (OSError, subprocess.SubprocessError):
             return None
 
-    def index_entries(self, worktree: Path) -> tuple[dict[str, str], dict[str, str]]:
-        """The index's gitlinks (mode 160000: path -> commit), and the entries git must
-        not be given (path -> why: outside the work tree, in .git; the agent can forge
-        an index, and git checks paths only when it writes one)."""
+    def gitlinks(self, worktree: Path) -> dict[str, str]:
+        """The gitlinks of the human's index (mode 160000): path -> commit."""
         result = self._run(["-C", str(worktree), "ls-files", "-s", "-z"])
         if result is None or result.returncode != 0:
-            return {}, {}
+            return {}
         gitlinks: dict[str, str] = {}
-        unsafe: dict[str, str] = {}
         for record in result.stdout.split(b"\0"):
             meta, tab, name = record.partition(b"\t")
             fields = meta.split()
-            if not tab or len(fields) != 3:
-                continue
-            path = os.fsdecode(name)
-            reason = unsafe_index_path(path)
-            if reason is not None:
-                unsafe[path] = reason
-            elif fields[0] == GITLINK_MODE.encode():
-                gitlinks[path] = fields[1].decode("ascii", "replace")
-        return gitlinks, unsafe
-
-    def read_tree(self, git_dir: Path) -> bool:
-        """A new index for *git_dir* from its HEAD (empty without a commit); whether done."""
-        for args in (["read-tree", "HEAD"], ["read-tree", "--empty"]):
-            result = self._run([f"--git-dir={git_dir}", *args])
-            if result is not None and result.returncode == 0:
-                return True
-        return False
+            if tab and len(fields) == 3 and fields[0] == GITLINK_MODE:
+                gitlinks[os.fsdecode(name)] = fields[1].decode("ascii", "replace")
+        return gitlinks
 
     def hooks_dir(self, worktree: Path) -> Path | None:
         """Where git looks for this work tree's hooks (``core.hooksPath`` honoured)."""

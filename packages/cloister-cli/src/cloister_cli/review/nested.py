@@ -1,10 +1,10 @@
 """What a repository nested in the work tree would make git do.
 
 Git obeys a repository's own config, hooks and ``commondir`` when the human runs git
-inside it, and when git enters it from the project (a gitlink in the index makes
-``git status`` recurse). Its git directory is read only when it lies inside the work
-tree (by path and by real path): one that points elsewhere is reported as such and
-never opened, it may be the human's.
+inside it, and when git enters it from the project (a gitlink in the human's index
+makes ``git status`` recurse). Its git directory is read only when it lies inside the
+work tree (by path and by real path): one that points elsewhere is reported as such
+and never opened, it may be the human's.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ class ConfigFile:
 
 @dataclass(frozen=True, slots=True)
 class NestedRepo:
-    """A ``.git`` below the top of the work tree, and what its git directory holds."""
+    """A ``.git`` the agent may have made, and what its git directory holds."""
 
-    relative: str  # the nested work tree, relative ("sub", "a/b")
+    relative: str  # the nested work tree, relative ("sub", "a/b"; "" at the top)
     dotgit: Entry  # the ``.git`` entry itself
     dotgit_kind: DotGitKind
     pointer: str | None  # a gitfile's "gitdir:" value or a link's text, as written
@@ -52,6 +52,15 @@ class NestedRepo:
     configs: tuple[ConfigFile, ...] = ()
     hooks: tuple[Entry, ...] = ()  # executable hooks (and linked ones), no samples
     commondir: Entry | None = None
+
+    @property
+    def where(self) -> str:
+        """Its work tree as the human reads it: "sub/", or "./" at the top."""
+        return f"{self.relative}/" if self.relative else "./"
+
+    def below(self, name: str) -> str:
+        """*name* in its work tree, relative to the reviewed one ("sub/.git")."""
+        return f"{self.relative}/{name}" if self.relative else name
 
 
 def dotgit_kind(entry: Entry) -> DotGitKind | None:
@@ -75,7 +84,7 @@ def inspect(
     pointer: str | None = None
     if kind == "directory":
         git_dir = entry.path
-        real_relative: str | None = f"{relative}/.git"
+        real_relative: str | None = f"{relative}/.git" if relative else ".git"
     else:
         if kind == "gitfile":
             first = entry.text.splitlines()[0] if entry.text else ""

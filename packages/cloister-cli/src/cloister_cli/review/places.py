@@ -1,9 +1,8 @@
 """How a review names paths: for the human reading it, and inside the quarantine.
 
 The human knows the work tree, so paths in it are shown relative ("sub/.git",
-".git/packed-refs"); a linked work tree's shared git directory lives elsewhere and is
-shown absolute. In the quarantine the layout mirrors the work tree, with the shared
-git directory's things under ``.git/`` whichever work tree was reviewed.
+".envrc"); anything else (where a link leads) absolute. In the quarantine the layout
+mirrors the work tree.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ class Places:
     """The directories of one review, normalised once."""
 
     worktree: Path
-    git_dir: Path | None
+    git_dir: Path | None  # the human's: only to tell whether the hooks dir is in it
     common_dir: Path | None
     real_worktree: Path  # the work tree with every link resolved (computed once)
 
@@ -45,7 +44,4 @@ class Places:
         normal = os.path.normpath(path)
         if inside(normal, self.worktree) and normal != str(self.worktree):
             return Path(normal).relative_to(self.worktree).as_posix()
-        for git in (self.common_dir, self.git_dir):
-            if git is not None and inside(normal, git) and normal != str(git):
-                return ".git/" + Path(normal).relative_to(git).as_posix()
         return "outside/" + normal.lstrip("/")

@@ -1,23 +1,22 @@
-"""Detectors for repositories inside the work tree: nested ones, and gitlinks.
+"""The detector for repositories the agent left inside the work tree.
 
 A nested repository is only reported when it would run code or read outside the
-project (an ordinary clone is not); a gitlink is reported when ``.gitmodules`` does
-not explain it, since ``git status`` in the project enters every gitlink.
+project (an ordinary clone is not), and said to be entered by the human's git in the
+project when the human's index has a gitlink at its path (``git status`` recurses).
+In a project without git, a ``.git`` at the top is the agent's too: reported alike.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from cloister_cli.review.configkeys import classify
-from cloister_cli.review.files import Entry, digest, lexical_target, read_below, shorten
+from cloister_cli.review.files import Entry, digest, lexical_target, shorten
 from cloister_cli.review.findings import SEVERITY_ORDER, Finding, Fix, Severity, finding
 from cloister_cli.review.nested import NestedRepo
 from cloister_cli.review.scan import TreeScan
 
 ENTERS = "and your git in the project enters it: it is a gitlink in the index"
-SUBMODULE_PATH = re.compile(r"^submodule\..+\.path$")
 HOOK_EVENTS: dict[str, str] = {
     "pre-commit": "when you commit",
     "prepare-commit-msg": "when you commit",
@@ -129,13 +128,13 @@ def _special_configs(scan: TreeScan, repo: NestedRepo, fix: Fix) -> list[Finding
         if config.parsed is not None:
             continue
         entry = config.entry
-        path = f"{repo.relative}/.git/{config.name}"
+        path = repo.below(f".git/{config.name}")
         if entry.kind == "symlink":
             target = lexical_target(entry.path, entry.link or "")
             severity: Severity = "reads-outside"
             summary = (
                 f"{path} is a symbolic link: git reads {target} as that repository's "
-                f"{config.name} whenever you run git in {repo.relative}/"
+                f"{config.name} whenever you run git in {repo.where}"
             )
         elif entry.kind == "file":
             severity = "review"
@@ -160,9 +159,9 @@ def _special_configs(scan: TreeScan, repo: NestedRepo, fix: Fix) -> list[Finding
 def detect_nested_repositories(scan: TreeScan) -> list[Finding]:
     found: list[Finding] = []
     for repo in scan.nested:
-        where = f"{repo.relative}/"
+        where = repo.where
         gitlinked = repo.relative in scan.gitlinks
-        fix = quarantine_fix(scan, repo.dotgit, f"{repo.relative}/.git")
+        fix = quarantine_fix(scan, repo.dotgit, repo.below(".git"))
         found.extend(_special_configs(scan, repo, fix))
         reasons = sorted(_reasons(scan, repo, where), key=lambda r: SEVERITY_ORDER[r.severity])
         if not reasons:
@@ -183,53 +182,4 @@ def detect_nested_repositories(scan: TreeScan) -> list[Finding]:
                 fix=fix,
             )
         )
-    return found
-
-
-def detect_gitlinks_without_gitmodules(scan: TreeScan) -> list[Finding]:
-    if not scan.gitlinks:
-        return []
-    listed: set[str] = set()
-    if scan.gitmodules is not None and scan.gitmodules.kind == "file":
-        listed = {
-            value.strip().strip("/")
-            for key, value in scan.gitmodules_config.entries
-            if value is not None and SUBMODULE_PATH.match(key.lower())
-        }
-    nested = {repo.relative: repo for repo in scan.nested}
-    found = []
-    for path, commit in sorted(scan.gitlinks.items()):
-        if path in listed:
-            continue
-        repo = nested.get(path)
-        dotgit = (
-            repo.dotgit if repo is not None else read_below(scan.places.worktree, f"{path}/.git")
-        )
-        drop = f"`git rm --cached {path}` drops the entry"
-        if dotgit is not None:
-            found.append(
-                finding(
-                    "gitlink-without-gitmodules",
-                    f"{path}/",
-                    "runs-code",
-                    f"git status, diff and add in the project enter the repository at {path}/ "
-                    "and obey its config: it is a gitlink in the index that .gitmodules "
-                    "does not list",
-                    content=digest(commit, "repository"),
-                    details=(f"gitlink to commit {commit}", drop),
-                    fix=quarantine_fix(scan, dotgit, f"{path}/.git"),
-                )
-            )
-        else:
-            found.append(
-                finding(
-                    "gitlink-without-gitmodules",
-                    f"{path}/",
-                    "review",
-                    f"{path} is a gitlink in the index that .gitmodules does not list: a "
-                    "repository put there would be entered by git status in the project",
-                    content=digest(commit, "empty"),
-                    details=(f"gitlink to commit {commit}", drop),
-                )
-            )
     return found

@@ -29,9 +29,7 @@ def review(target: ReviewTarget, *, git: Git | None = None) -> list[Finding]:
         raise ReviewError(f"{target.worktree}: cannot review: not a directory")
     result = scan(target, git)
     found: dict[str, Finding] = {}
-    for _kind, detector, needs_git in DETECTORS:
-        if needs_git and not result.is_git:
-            continue
+    for _kind, detector in DETECTORS:
         for item in detector(result):
             found.setdefault(item.fingerprint, item)
     return sorted(found.values(), key=sort_key)

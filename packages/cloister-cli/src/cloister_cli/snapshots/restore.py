@@ -140,18 +140,18 @@ def _clear_planted(record: SnapshotRecord, notes: list[str]) -> None:
     for directory, skip in places:
         if not directory.is_dir():
             continue
-        for root, directories, files in os.walk(directory, followlinks=False):
+        # Relative to each directory as listed: however deep the agent nested it.
+        for root, directories, files, fd in beneath.fwalk(directory):
             here = Path(root)
             if here == directory:
                 directories[:] = [name for name in directories if name not in skip]
             names = [*files, *directories]
             for name in names if here != directory else [n for n in names if n not in skip]:
-                path = here / name
-                mode = path.lstat().st_mode
+                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
                 special = not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
                 if special or (stat.S_ISREG(mode) and name.endswith(".lock")):
-                    path.unlink()
-                    removed.append(str(path))
+                    os.unlink(name, dir_fd=fd)
+                    removed.append(str(here / name))
     if removed:
         notes.append(f"removed from the git directory (links, FIFOs, locks): {', '.join(removed)}")
 

@@ -134,7 +134,8 @@ def take(
     except (OSError, git.GitError) as error:
         raise SnapshotError(f"no snapshot of {target.worktree}: {error}") from None
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            beneath.remove_tree(scratch)
     return record
 
 

@@ -30,7 +30,6 @@ from cloister_core.errors import InvalidHostError
 from cloister_core.hosts import normalize_host, normalize_pattern, split_host_port
 
 UnlistedDomainBehavior = Literal["request_approval", "reject"]
-GitGuardMode = Literal["pause", "undo"]
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -288,10 +287,15 @@ class HostexecConfig(CommandRules):
     # Whether git run by hostexec runs the repository's hooks (off: a hook is code from
     # the project, and hooks in the work tree are the agent's to change).
     git_hooks: bool = False
-    # When a cloister plants a link in its repository's git directory, the host daemon
-    # removes it and refuses the cloister's hostexec commands; "pause" also freezes the
-    # container (docker pause), "undo" does not.
-    git_guard: GitGuardMode = "pause"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _obsolete(cls, data: object) -> object:
+        # `git_guard` configured a guard of the human's .git that no longer exists (each
+        # cloister has a git directory of its own): accepted, and it does nothing.
+        if isinstance(data, dict) and "git_guard" in data:
+            return {key: value for key, value in data.items() if key != "git_guard"}
+        return data
 
     @field_validator("env_passthrough")
     @classmethod
@@ -542,6 +546,14 @@ def parse_size(value: str) -> int:
     return int(float(number) * _SIZE_UNITS[unit])
 
 
+class GitConfig(Model):
+    """``git:``: how the agent's commits come back from the cloister's own git directory."""
+
+    # The branch the human has checked out fast-forwards to the agent's when it is still
+    # where the agent's work began and nothing is staged; false: only refs/cloister/….
+    fast_forward: bool = True
+
+
 class GlobalConfig(Model):
     """``<config>/config.yaml``."""
 
@@ -554,6 +566,7 @@ class GlobalConfig(Model):
     snapshots: SnapshotsConfig = SnapshotsConfig()
     protect: ProtectConfig = ProtectConfig()
     git_guardrails: GitGuardrailsConfig = GitGuardrailsConfig()
+    git: GitConfig = GitConfig()
 
 
 class ProjectConfig(Model):

@@ -1,0 +1,135 @@
+"""Cloister run by a non-root host user, against a real Docker engine.
+
+CI runs as root, so the other acceptance modules see cloisters of uid 0. Here the real
+``cloister`` console script runs as the throwaway system user of
+:func:`tests.cli.cli_support.host_user` (made if missing, given the Docker socket's
+group): that user starts the module's one guardian, makes a repository of its own,
+starts a cloister in it, and the cloister's processes and files must be that user's,
+never root's.
+
+The guardian stack is machine-wide: the module waits for any guardian it did not start
+to go (else skips, and fails under CI) rather than take it over, puts its approval UI on
+a free port, and stops its guardian and every cloister of its directories at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import docker
+import pytest
+
+from tests.cli.cli_support import (
+    GUARDIAN_PROJECT,
+    SLIM_IMAGE,
+    CloisterCli,
+    HostUser,
+    docker_executable,
+    exec_ok,
+    free_port,
+    git,
+    guardian,
+    host_user,
+    inspect,
+    make_repo,
+    remove_containers,
+    run_command,
+    squash,
+    unique,
+)
+
+if TYPE_CHECKING:
+    from tests.conftest import SkipOrFail
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+
+SERVICES = ("proxy", "approval", "gateway", "credentials")
+
+
+@pytest.fixture(scope="module")
+def user(skip_or_fail: SkipOrFail) -> Iterator[HostUser]:
+    """The non-root user, with a temporary directory of its own."""
+    with host_user(skip_or_fail) as account:
+        yield account
+
+
+@pytest.fixture(scope="module")
+def cli(
+    docker_client: docker.DockerClient, user: HostUser, skip_or_fail: SkipOrFail
+) -> Iterator[CloisterCli]:
+    """``cloister`` as that user, and the guardian it started."""
+    config = (
+        "# Written by tests/cli/test_acceptance_nonroot.py\n"
+        f"defaults:\n  image: {SLIM_IMAGE}\n"
+        f"guardian:\n  ui_port: {free_port()}\n"
+    )
+    with guardian(
+        docker_client,
+        user.mktemp("cli"),
+        config,
+        skip_or_fail,
+        user=user,
+        exclusive=True,
+    ) as tool:
+        yield tool
+
+
+def process_uid(pid: int) -> int:
+    """The real uid of a host process (``Uid:`` in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Uid line for process {pid}")
+
+
+def inspect_container(container: str) -> str:
+    """The user a container runs as (``docker inspect``'s Config.User)."""
+    result = run_command(
+        [docker_executable(), "inspect", "--format", "{{.Config.User}}", container], timeout=30
+    )
+    assert result.returncode == 0, result.describe()
+    return result.stdout.strip()
+
+
+def test_a_non_root_user_runs_the_guardian_and_a_cloister_as_itself(
+    cli: CloisterCli, user: HostUser
+) -> None:
+    assert user.uid != 0
+    assert user.gid != 0
+
+    # The guardian is that user's: its services and its host executor.
+    status = cli.json("guardian", "status", "--json")
+    assert status["running"] is True, status
+    assert process_uid(status["executor_pid"]) == user.uid
+    for service in SERVICES:
+        assert inspect_container(f"{GUARDIAN_PROJECT}-{service}") == user.owner, service
+
+    # A repository of that user's own.
+    name = unique("nonroot")
+    repo = make_repo(cli.root / name, user=user)
+    assert all(user.owns(path) for path in (repo, repo / "README.md", repo / ".git" / "HEAD"))
+    head = git(repo, "rev-parse", "HEAD", user=user)
+
+    try:
+        started = cli.ok("start", "-d", cwd=repo)
+        assert f"cloister {name} " in squash(started.stderr), started.describe()
+        assert cli.listing()[name]["path"] == str(repo.resolve())
+
+        document = inspect(name)
+        assert document["Config"]["User"] == user.owner
+        assert exec_ok(name, "id -u").stdout.strip() == str(user.uid)
+        assert exec_ok(name, "id -g").stdout.strip() == str(user.gid)
+
+        exec_ok(name, "echo made inside > /work/inside.txt")
+        inside = repo / "inside.txt"
+        assert inside.read_text(encoding="utf-8") == "made inside\n"
+        assert user.owns(inside), (inside.stat().st_uid, inside.stat().st_gid)
+        assert git(repo, "rev-parse", "HEAD", user=user) == head
+
+        stopped = cli.ok("stop", name)
+        assert f"stopped {name}" in stopped.stdout, stopped.describe()
+        assert name not in cli.listing()
+    finally:
+        remove_containers([name])
