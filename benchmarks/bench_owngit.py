@@ -51,6 +51,7 @@ from cloister_cli.images import (
 )
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from cloister_core.sessions import SessionRecord, write_session
 from cloister_executor.engine import Engine
 from cloister_executor.gitsync import Syncer
@@ -123,7 +124,7 @@ def session(paths: CloisterPaths, repo: Path, own: gitdirs.OwnGitDir) -> None:
 
 
 def measure_start(paths: CloisterPaths, repo: Path, runs: int) -> tuple[list[float], int]:
-    repository = gitdirs.Repository.of(repo)
+    repository = HumanRepository.of(repo)
     timings = []
     for _ in range(runs):
         started = time.perf_counter()
@@ -133,7 +134,7 @@ def measure_start(paths: CloisterPaths, repo: Path, runs: int) -> tuple[list[flo
 
 
 def measure_sync(paths: CloisterPaths, repo: Path, runs: int) -> list[float]:
-    own = gitdirs.create(paths, NAME, gitdirs.Repository.of(repo), worktree=repo, branch=None)
+    own = gitdirs.create(paths, NAME, HumanRepository.of(repo), worktree=repo, branch=None)
     session(paths, repo, own)
     syncer = Syncer(paths, Engine(os.environ.get("DOCKER_HOST")))
     timings = []

@@ -26,11 +26,11 @@ from cloister_cli.cloisters import (
     Workspace,
     environment_for,
 )
-from cloister_cli.gitdirs import Repository
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from cloister_core.tokens import TokenRecord
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
@@ -287,7 +287,7 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
         limits=LIMITS,
         refs=(),
         forbidden=host.forbidden,
-        git_plan=gitmounts.plan(repo, repository=Repository.of(repo), home=host.home),
+        git_plan=gitmounts.plan(repo, repository=HumanRepository.of(repo), home=host.home),
     )
     uid, gid = os.getuid(), os.getgid()
     assert plan.run_kwargs() == {
@@ -602,7 +602,7 @@ def test_markers_and_limits_in_the_plan(host: Host, repo: Path, tmp_path: Path) 
         forbidden=host.forbidden,
         git_plan=gitmounts.plan(
             repo,
-            repository=Repository.of(repo),
+            repository=HumanRepository.of(repo),
             home=host.home,
             protect=(".devcontainer", ".vscode/tasks.json"),
         ),

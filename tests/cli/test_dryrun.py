@@ -23,12 +23,12 @@ from cloister_cli import (
     starting,
 )
 from cloister_cli.cloisters import ContainerPlan, Extras, Forbidden, Workspace
-from cloister_cli.gitdirs import Repository
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.devcontainer import load_devcontainer
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from tests.git_support import hermetic_git, make_repo
 
 
@@ -53,7 +53,7 @@ def plan_for(tmp_path: Path, repo: Path, extras: Extras | None = None) -> tuple[
         refs=(),
         forbidden=Forbidden.for_host(paths, tmp_path / "home"),
         git_plan=gitmounts.plan(
-            repo, repository=Repository.of(repo), home=tmp_path / "home", create=False
+            repo, repository=HumanRepository.of(repo), home=tmp_path / "home", create=False
         ),
         agent_environment={"OPENAI_API_KEY": record.secret, "PLAIN": "yes"},
         accounts=(tmp_path / "passwd", tmp_path / "group"),

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from cloister_cli import git, gitdirs, projects, starting
-from cloister_cli.gitdirs import OwnGitDir, Repository
+from cloister_cli.gitdirs import OwnGitDir
 from cloister_cli.projects import Project
 from cloister_core.owngit import ORIGIN_ALTERNATES, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from cloister_core.sessions import SessionRecord, write_session
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
@@ -91,7 +92,7 @@ def commit(repo: Path, parent: str, files: dict[str, str] | None = None, message
 
 
 def create(paths: CloisterPaths, repo: Path, name: str = "api") -> OwnGitDir:
-    return gitdirs.create(paths, name, Repository.of(repo), worktree=repo, branch=None)
+    return gitdirs.create(paths, name, HumanRepository.of(repo), worktree=repo, branch=None)
 
 
 # -- the shared case: the cloister works in the human's checkout --------------------------------
@@ -337,7 +338,7 @@ def test_a_relative_alternate_is_relative_to_the_objects(repo: Path, tmp_path: P
     alternates = repo / ".git" / "objects" / "info" / "alternates"
     alternates.parent.mkdir(parents=True, exist_ok=True)
     alternates.write_text("../../../other/.git/objects\n", encoding="utf-8")
-    assert Repository.of(repo).alternates() == [other / ".git" / "objects"]
+    assert HumanRepository.of(repo).alternates() == [other / ".git" / "objects"]
 
 
 def test_making_it_again_starts_afresh(paths: CloisterPaths, repo: Path) -> None:
@@ -439,7 +440,7 @@ def test_an_earlier_sessions_branch_the_human_lacks_the_commits_of_is_seeded_in_
     worktree = tmp_path / "data" / "worktrees" / "api" / "feature"
     starting.make_worktree(repo, worktree, "feature")
     own = gitdirs.create(
-        paths, "api-feature", Repository.of(repo), worktree=worktree, branch="feature"
+        paths, "api-feature", HumanRepository.of(repo), worktree=worktree, branch="feature"
     )
     assert packed(own.path)["refs/heads/feature"] == agents
     assert own.bases["feature"] == main
@@ -460,7 +461,9 @@ def test_a_new_worktree_gets_its_branchs_files(paths: CloisterPaths, repo: Path)
     main = run_git(repo, "rev-parse", "HEAD")
     run_git(repo, "branch", "feature", commit(repo, main, {"README": "hi", "app.py": "x\n"}))
     worktree = worktree_dir(paths, repo)
-    own = gitdirs.create(paths, "api-f", Repository.of(repo), worktree=worktree, branch="feature")
+    own = gitdirs.create(
+        paths, "api-f", HumanRepository.of(repo), worktree=worktree, branch="feature"
+    )
     assert (own.path / "HEAD").read_text(encoding="utf-8") == "ref: refs/heads/feature\n"
     assert (worktree / "README").read_text(encoding="utf-8") == "hi"
     assert (worktree / "app.py").read_text(encoding="utf-8") == "x\n"
@@ -477,7 +480,9 @@ def test_an_existing_worktree_keeps_its_files_and_gets_an_index(
     worktree = worktree_dir(paths, repo)
     (worktree / "README").write_text("the agent's last session\n", encoding="utf-8")
     (worktree / "extra").write_text("x\n", encoding="utf-8")
-    own = gitdirs.create(paths, "api-f", Repository.of(repo), worktree=worktree, branch="feature")
+    own = gitdirs.create(
+        paths, "api-f", HumanRepository.of(repo), worktree=worktree, branch="feature"
+    )
     assert (worktree / "README").read_text(encoding="utf-8") == "the agent's last session\n"
     status = inside(own.path, worktree, repo, "status", "--porcelain").stdout.splitlines()
     assert sorted(status) == [" M README", "?? extra"]
@@ -489,7 +494,9 @@ def test_a_worktrees_git_directory_has_no_copy_of_the_humans_index(
     (repo / "staged").write_text("x\n", encoding="utf-8")
     run_git(repo, "add", "staged")
     worktree = worktree_dir(paths, repo)
-    own = gitdirs.create(paths, "api-f", Repository.of(repo), worktree=worktree, branch="feature")
+    own = gitdirs.create(
+        paths, "api-f", HumanRepository.of(repo), worktree=worktree, branch="feature"
+    )
     assert inside(own.path, worktree, repo, "ls-files").stdout.split() == ["README"]
     assert not (worktree / "staged").exists()
 
@@ -499,8 +506,8 @@ def test_a_worktrees_git_directory_has_no_copy_of_the_humans_index(
 
 def test_uncommitted_tells_work_its_branch_lacks(paths: CloisterPaths, repo: Path) -> None:
     worktree = worktree_dir(paths, repo)
-    gitdirs.create(paths, "api-f", Repository.of(repo), worktree=worktree, branch="feature")
-    repository = Repository.of(repo)
+    gitdirs.create(paths, "api-f", HumanRepository.of(repo), worktree=worktree, branch="feature")
+    repository = HumanRepository.of(repo)
     head = run_git(repo, "rev-parse", "feature")
     assert not gitdirs.uncommitted(repository, worktree, head)
     (worktree / "README").write_text("changed\n", encoding="utf-8")
@@ -521,7 +528,7 @@ def test_uncommitted_without_a_commit_is_any_file(repo: Path, tmp_path: Path) ->
     worktree = tmp_path / "tree"
     worktree.mkdir()
     (worktree / ".git").write_text(POINTER, encoding="utf-8")
-    repository = Repository.of(repo)
+    repository = HumanRepository.of(repo)
     assert not gitdirs.uncommitted(repository, worktree, None)
     (worktree / "x").write_text("", encoding="utf-8")
     assert gitdirs.uncommitted(repository, worktree, None)
@@ -532,14 +539,14 @@ def test_uncommitted_runs_none_of_the_humans_filters(
 ) -> None:
     """The files are the agent's: a filter of the human's config would run on them."""
     worktree = worktree_dir(paths, repo)
-    gitdirs.create(paths, "api-f", Repository.of(repo), worktree=worktree, branch="feature")
+    gitdirs.create(paths, "api-f", HumanRepository.of(repo), worktree=worktree, branch="feature")
     marker = tmp_path / "filter-ran"
     run_git(repo, "config", "filter.evil.clean", f"touch {marker}; cat")
     run_git(repo, "config", "filter.evil.required", "true")
     (worktree / ".gitattributes").write_text("* filter=evil\n", encoding="utf-8")
     (worktree / "README").write_text("changed\n", encoding="utf-8")
     head = run_git(repo, "rev-parse", "feature")
-    assert gitdirs.uncommitted(Repository.of(repo), worktree, head)
+    assert gitdirs.uncommitted(HumanRepository.of(repo), worktree, head)
     assert not marker.exists()
 
 

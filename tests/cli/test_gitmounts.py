@@ -16,9 +16,9 @@ import pytest
 from docker.types import Mount
 
 from cloister_cli import gitmounts, starting
-from cloister_cli.gitdirs import Repository
 from cloister_cli.gitmounts import GitPlan, UnusualRepositoryError
 from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_ALTERNATES, ORIGIN_OBJECTS
+from cloister_core.repository import HumanRepository
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
@@ -43,7 +43,7 @@ def plan(
     repo: Path, home: Path, nested: tuple[Path, ...] = (), *, worktree: Path | None = None
 ) -> GitPlan:
     return gitmounts.plan(
-        worktree or repo, repository=Repository.of(repo), home=home, nested=nested
+        worktree or repo, repository=HumanRepository.of(repo), home=home, nested=nested
     )
 
 
@@ -408,7 +408,7 @@ def test_placeholders_outside_the_work_tree_are_never_removed(tmp_path: Path) ->
 def test_own_git_mounts_at_work_git(repo: Path, tmp_path: Path) -> None:
     git_dir = tmp_path / "data" / "gitdirs" / "api"
     pointer = tmp_path / "data" / "gitdirs" / "api.git"
-    mounts = gitmounts.own_git_mounts(repo, git_dir, Repository.of(repo), (), pointer)
+    mounts = gitmounts.own_git_mounts(repo, git_dir, HumanRepository.of(repo), (), pointer)
     assert [(m["Target"], m["Source"], m["ReadOnly"]) for m in mounts] == [
         ("/work/.git", str(git_dir), False),
         ("/work/.git/config", str(git_dir / "config"), True),
@@ -426,7 +426,7 @@ def test_own_git_mounts_where_work_git_is_a_file(repo: Path, tmp_path: Path) -> 
     starting.make_worktree(repo, worktree, "feature")
     git_dir = tmp_path / "data" / "gitdirs" / "api-feature"
     pointer = tmp_path / "data" / "gitdirs" / "api-feature.git"
-    mounts = gitmounts.own_git_mounts(worktree, git_dir, Repository.of(repo), (), pointer)
+    mounts = gitmounts.own_git_mounts(worktree, git_dir, HumanRepository.of(repo), (), pointer)
     assert [(m["Target"], m["Source"], m["ReadOnly"]) for m in mounts] == [
         ("/work/.git", str(pointer), True),
         (GIT_DIR_ELSEWHERE, str(git_dir), False),
@@ -441,7 +441,7 @@ def test_a_symlinked_work_git_gets_the_pointer_too(repo: Path, tmp_path: Path) -
     worktree.mkdir()
     (worktree / ".git").symlink_to(repo / ".git")
     mounts = gitmounts.own_git_mounts(
-        worktree, tmp_path / "g", Repository.of(repo), (), tmp_path / "p"
+        worktree, tmp_path / "g", HumanRepository.of(repo), (), tmp_path / "p"
     )
     assert (mounts[0]["Target"], mounts[0]["Source"], mounts[0]["ReadOnly"]) == (
         "/work/.git",
@@ -457,7 +457,7 @@ def test_the_humans_own_alternates_are_mounted_and_hidden(repo: Path, tmp_path: 
     alternates = repo / ".git" / "objects" / "info" / "alternates"
     alternates.parent.mkdir(parents=True, exist_ok=True)
     alternates.write_text(f"{other / '.git' / 'objects'}\n", encoding="utf-8")
-    repository = Repository.of(repo)
+    repository = HumanRepository.of(repo)
     assert repository.alternates() == [other / ".git" / "objects"]
     git_dir = tmp_path / "g"
     mounts = gitmounts.own_git_mounts(repo, git_dir, repository, repository.alternates(), repo)
@@ -472,7 +472,7 @@ def test_the_humans_own_alternates_are_mounted_and_hidden(repo: Path, tmp_path: 
 def test_the_humans_submodules_git_directories_are_read_only(repo: Path, tmp_path: Path) -> None:
     (repo / ".git" / "modules" / "lib").mkdir(parents=True)
     git_dir = tmp_path / "g"
-    mounts = gitmounts.own_git_mounts(repo, git_dir, Repository.of(repo), (), tmp_path / "p")
+    mounts = gitmounts.own_git_mounts(repo, git_dir, HumanRepository.of(repo), (), tmp_path / "p")
     assert read_only(mounts)["/work/.git/modules"] == str(repo / ".git" / "modules")
     assert "/work/.git/modules" not in read_write(mounts)
 
@@ -480,7 +480,7 @@ def test_the_humans_submodules_git_directories_are_read_only(repo: Path, tmp_pat
 def test_a_symlinked_modules_directory_is_not_mounted(repo: Path, tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (repo / ".git" / "modules").symlink_to(tmp_path / "elsewhere")
-    mounts = gitmounts.own_git_mounts(repo, tmp_path / "g", Repository.of(repo), (), tmp_path)
+    mounts = gitmounts.own_git_mounts(repo, tmp_path / "g", HumanRepository.of(repo), (), tmp_path)
     assert str(tmp_path / "elsewhere") not in {mount["Source"] for mount in mounts}
     assert "/work/.git/modules" not in read_only(mounts)
 

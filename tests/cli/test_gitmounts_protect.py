@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from cloister_cli import gitmounts, starting
-from cloister_cli.gitdirs import Repository
 from cloister_cli.gitmounts import GitPlan, ProtectedPathError
 from cloister_core.config.models import DEFAULT_PROTECTED_PATHS
+from cloister_core.repository import HumanRepository
 from tests.git_support import hermetic_git, make_repo, run_git
 
 
@@ -48,7 +48,7 @@ def plan(
     """*repository*: the human's checkout (*worktree* itself unless given)."""
     return gitmounts.plan(
         worktree,
-        repository=Repository.of(repository or worktree) if is_git else None,
+        repository=HumanRepository.of(repository or worktree) if is_git else None,
         home=home,
         protect=protect,
         create=create,
@@ -257,7 +257,7 @@ def test_a_repository_nested_in_a_protected_directory_is_read_only_whole(
     nested = [feature / ".git"]
     git_plan = gitmounts.plan(
         repo,
-        repository=Repository.of(repo),
+        repository=HumanRepository.of(repo),
         home=home,
         nested=nested,
         protect=DEFAULT_PROTECTED_PATHS,

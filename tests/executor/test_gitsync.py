@@ -37,6 +37,7 @@ from cloister_cli.images import (
 )
 from cloister_core.owngit import EXPORT_OUTPUT, ORIGIN_OBJECTS, Head
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from cloister_core.sessions import SessionRecord, read_session, write_session
 from cloister_executor.engine import ContainerSpec, Engine, Finished
 from cloister_executor.gitsync import Syncer, SyncError, SyncOutcome
@@ -215,7 +216,7 @@ def make_world(
     if branch is not None:
         worktree = root / "data" / "worktrees" / "demo" / branch.replace("/", "-")
         worktree.mkdir(parents=True)
-    repository = gitdirs.Repository.of(repo)
+    repository = HumanRepository.of(repo)
     own = gitdirs.create(paths, cloister, repository, worktree=worktree, branch=branch)
     session = SessionRecord(
         cloister=cloister,

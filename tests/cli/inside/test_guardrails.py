@@ -24,7 +24,6 @@ from cloister_cli import (
     starting,
 )
 from cloister_cli.cloisters import ContainerPlan, Extras, Forbidden, Workspace
-from cloister_cli.gitdirs import Repository
 from cloister_cli.inside import guardrails as guardrails_module
 from cloister_cli.inside.guardrails import (
     BIN,
@@ -40,6 +39,7 @@ from cloister_cli.inside.guardrails import (
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig, GitGuardrailsConfig, GlobalConfig
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from tests.git_support import hermetic_git, make_repo
 
 IMAGE_PATH = "/usr/local/go/bin:/home/cloister/go/bin:/usr/local/bin:/usr/bin:/bin"
@@ -65,7 +65,7 @@ def plan_for(
         refs=(),
         forbidden=Forbidden.for_host(paths, tmp_path / "home"),
         git_plan=gitmounts.plan(
-            repo, repository=Repository.of(repo), home=tmp_path / "home", create=False
+            repo, repository=HumanRepository.of(repo), home=tmp_path / "home", create=False
         ),
         extras=extras,
         guardrails=guardrails,

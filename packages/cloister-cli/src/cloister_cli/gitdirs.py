@@ -40,6 +40,7 @@ from cloister_core.fileio import atomic_write
 from cloister_core.gitrun import run_git
 from cloister_core.owngit import HOST_REMOTE, ORIGIN_ALTERNATES, ORIGIN_OBJECTS, POINTER, agent_ref
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from cloister_core.sessions import list_sessions
 
 # Refs a cloister starts with, besides its own branch of an earlier session.
@@ -51,55 +52,6 @@ _REMOTE_KEYS = ("url", "pushurl", "fetch")
 
 class GitDirError(CloisterError):
     """The cloister's git directory could not be made."""
-
-
-@dataclass(frozen=True, slots=True)
-class Repository:
-    """The human's repository, as the human's git in their checkout sees it."""
-
-    checkout: Path  # the work tree the project was started in
-    git_dir: Path  # that checkout's own git directory (HEAD, index)
-    common: Path  # the shared one (objects, refs, config)
-
-    @classmethod
-    def of(cls, checkout: Path) -> Repository:
-        layout = git.layout(checkout)
-        return cls(layout.toplevel, layout.git_dir, layout.common_dir)
-
-    def git(self, *args: str, env: Mapping[str, str] | None = None) -> str:
-        return run_git(f"--git-dir={self.common}", *args, env=env).stdout
-
-    def refs(self, *prefixes: str) -> dict[str, str]:
-        """Full ref name -> object, symbolic refs left out (``origin/HEAD``)."""
-        output = self.git("for-each-ref", "--format=%(objectname) %(symref) %(refname)", *prefixes)
-        found: dict[str, str] = {}
-        for line in output.splitlines():
-            oid, symref, name = line.split(" ", 2)
-            if not symref:
-                found[name] = oid
-        return found
-
-    def is_ancestor(self, older: str, newer: str) -> bool:
-        result = run_git(
-            f"--git-dir={self.common}", "merge-base", "--is-ancestor", older, newer, check=False
-        )
-        return result.returncode == 0
-
-    def object_format(self) -> str:
-        return self.git("rev-parse", "--show-object-format").strip() or "sha1"
-
-    def alternates(self) -> list[Path]:
-        """The human's own extra object stores (their file): absolute, existing."""
-        text = beneath.read_regular(self.common, "objects/info/alternates") or ""
-        found = []
-        for line in text.splitlines():
-            entry = line.strip()
-            if not entry or entry.startswith("#"):
-                continue
-            path = Path(entry) if Path(entry).is_absolute() else self.common / "objects" / entry
-            if path.is_dir():
-                found.append(path.resolve())
-        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +146,7 @@ def _copy(source: Path, target: Path) -> None:
     target.chmod(0o644)
 
 
-def _head(repository: Repository) -> str:
+def _head(repository: HumanRepository) -> str:
     result = run_git("-C", str(repository.checkout), "symbolic-ref", "--quiet", "HEAD", check=False)
     if result.returncode == 0:
         return f"ref: {result.stdout.strip()}\n"
@@ -211,7 +163,7 @@ class _Refs:
 
 
 def _earlier_work(
-    repository: Repository, cloister: str, refs: _Refs, *, keep_human: str | None
+    repository: HumanRepository, cloister: str, refs: _Refs, *, keep_human: str | None
 ) -> None:
     """The agent's branches of an earlier session where they hold commits the human's
     lack; *keep_human* (the branch checked out in a shared work tree, whose index is
@@ -241,7 +193,7 @@ def _earlier_work(
 def create(
     paths: CloisterPaths,
     cloister: str,
-    repository: Repository,
+    repository: HumanRepository,
     *,
     worktree: Path,
     branch: str | None,
@@ -266,7 +218,7 @@ def create(
 def _fill(
     paths: CloisterPaths,
     cloister: str,
-    repository: Repository,
+    repository: HumanRepository,
     target: Path,
     *,
     worktree: Path,
@@ -320,7 +272,7 @@ def _fill(
     )
 
 
-def _shared_index(repository: Repository, target: Path) -> None:
+def _shared_index(repository: HumanRepository, target: Path) -> None:
     """The human's index, copied; a split one is written whole (the shared part is the
     human's, which the cloister does not see)."""
     index = repository.git_dir / "index"
@@ -340,7 +292,7 @@ def _shared_index(repository: Repository, target: Path) -> None:
 
 
 def _worktree_index(
-    repository: Repository, target: Path, worktree: Path, commit: str | None
+    repository: HumanRepository, target: Path, worktree: Path, commit: str | None
 ) -> None:
     """A worktree cloister's index: its branch's tree, written out when the work tree
     is new (empty), else read only (the files there are the agent's last session's)."""
@@ -352,7 +304,7 @@ def _worktree_index(
     run_git(f"--git-dir={repository.common}", f"--work-tree={worktree}", *args, env=env)
 
 
-def uncommitted(repository: Repository, worktree: Path, commit: str | None) -> bool:
+def uncommitted(repository: HumanRepository, worktree: Path, commit: str | None) -> bool:
     """Whether a worktree of Cloister's holds files that differ from *commit* (its
     branch as last synced), untracked ones included; the human's filter drivers off
     (the files are the agent's). Without a commit, whether it holds any file."""
@@ -405,7 +357,7 @@ class MadeWorktree:
         if pointer != POINTER or self.checkout is None or self.branch is None:
             return True
         try:
-            repository = Repository.of(self.checkout)
+            repository = HumanRepository.of(self.checkout)
             refs = repository.refs(agent_ref(self.cloister or "", self.branch), "refs/heads/")
             commit = refs.get(agent_ref(self.cloister or "", self.branch)) or refs.get(
                 f"refs/heads/{self.branch}"

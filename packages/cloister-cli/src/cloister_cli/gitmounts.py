@@ -36,7 +36,6 @@ from typing import Literal
 from docker.types import Mount
 
 from cloister_cli import git
-from cloister_cli.gitdirs import Repository
 from cloister_core import beneath
 from cloister_core.errors import CloisterError
 from cloister_core.owngit import (
@@ -45,6 +44,7 @@ from cloister_core.owngit import (
     ORIGIN_ALTERNATES,
     ORIGIN_OBJECTS,
 )
+from cloister_core.repository import HumanRepository
 
 WORK = PurePosixPath("/work")
 # Files hook frameworks read to decide what a hook runs, by the word their hook holds.
@@ -121,7 +121,7 @@ def remove_placeholders(placeholders: Iterable[Path], worktree: Path) -> None:
 def own_git_mounts(
     worktree: Path,
     git_dir: Path,
-    repository: Repository,
+    repository: HumanRepository,
     alternates: Sequence[Path],
     pointer: Path,
 ) -> list[Mount]:
@@ -377,7 +377,7 @@ def _configured_paths(scan: _TreeScan, protect: Sequence[str]) -> None:
 def plan(
     worktree: Path,
     *,
-    repository: Repository | None,
+    repository: HumanRepository | None,
     home: Path,
     nested: Iterable[Path] = (),
     create: bool = True,

@@ -13,7 +13,6 @@ from pathlib import Path
 from cloister_cli import (
     accounts,
     cloisters,
-    gitdirs,
     gitmounts,
     projectimages,
     safeguards,
@@ -30,6 +29,7 @@ from cloister_cli.review import nested_git_entries
 from cloister_cli.starting import StartOptions, build_inputs, load_project_devcontainer
 from cloister_core.config import load_project_config
 from cloister_core.devcontainer import Devcontainer
+from cloister_core.repository import HumanRepository
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +135,7 @@ def _git_plan(
 ) -> GitPlan:
     """The mounts a start would make: the work tree's read-only paths and the cloister's
     own git directory (at the paths a start would write, none of them made here)."""
-    repository = gitdirs.Repository.of(workspace.project.root) if workspace.project.git else None
+    repository = HumanRepository.of(workspace.project.root) if workspace.project.git else None
     if repository is not None:
         sessions.check_repository(context.paths, context.home, repository)
     if not workspace.directory.exists():

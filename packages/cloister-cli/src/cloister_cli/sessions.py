@@ -32,6 +32,7 @@ from cloister_cli.review import (
 )
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from cloister_core.sessions import (
     SessionRecord,
     list_sessions,
@@ -62,7 +63,7 @@ def review_target(session: SessionRecord) -> ReviewTarget:
     return ReviewTarget(Path(session.worktree), common, common)
 
 
-def check_repository(paths: CloisterPaths, home: Path, repository: gitdirs.Repository) -> None:
+def check_repository(paths: CloisterPaths, home: Path, repository: HumanRepository) -> None:
     """Refuse a repository whose object stores a cloister must not see: they are mounted
     (read-only) wherever they are, outside the work tree too (a worktree cloister of a
     repository in ``~/.config``, a checkout whose ``.git`` file points there)."""
@@ -83,7 +84,7 @@ def prepare(
     """Everything the host needs before the cloister's container may start; *protect*
     are the protected paths (:func:`gitmounts.plan`)."""
     directory = workspace.directory
-    repository = gitdirs.Repository.of(workspace.project.root) if workspace.project.git else None
+    repository = HumanRepository.of(workspace.project.root) if workspace.project.git else None
     own: gitdirs.OwnGitDir | None = None
     if repository is not None:  # first: a new worktree's files are written with it
         check_repository(paths, home, repository)

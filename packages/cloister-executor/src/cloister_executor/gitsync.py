@@ -57,6 +57,7 @@ from cloister_core.owngit import (
     plan_sync,
 )
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from cloister_core.sessions import SessionRecord, read_session, update_session
 from cloister_executor.engine import Bind, ContainerSpec, Engine, EngineError
 
@@ -118,90 +119,43 @@ class _Exported:
 # -- the human's repository (host git, hardened) ------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Human:
-    checkout: Path  # where the human's git runs (their work tree)
-    common: Path  # the shared git directory
+def _haves(human: HumanRepository, cloister: str) -> list[str]:
+    """What the human's repository has already: what the export need not send."""
+    output = human.git(
+        "for-each-ref",
+        "--format=%(objectname)",
+        "refs/heads/",
+        "refs/tags/",
+        "refs/remotes/",
+        agent_ref(cloister, ""),
+    )
+    return sorted(set(output.split()))
 
-    def git(self, *args: str, input: str | None = None) -> str:
-        return run_git(f"--git-dir={self.common}", *args, input=input).stdout
 
-    def refs(self, prefix: str) -> dict[str, str]:
-        found: dict[str, str] = {}
-        output = self.git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
-        for line in output.splitlines():
-            oid, _, name = line.partition(" ")
-            found[name.removeprefix(prefix)] = oid
-        return found
+def _short_refs(human: HumanRepository, prefix: str) -> dict[str, str]:
+    return {name.removeprefix(prefix): oid for name, oid in human.refs(prefix).items()}
 
-    def haves(self, cloister: str) -> list[str]:
-        output = self.git(
-            "for-each-ref",
-            "--format=%(objectname)",
-            "refs/heads/",
-            "refs/tags/",
-            "refs/remotes/",
-            agent_ref(cloister, ""),
-        )
-        return sorted(set(output.split()))
 
-    def object_format(self) -> str:
-        return self.git("rev-parse", "--show-object-format").strip() or "sha1"
-
-    def alternates(self) -> list[Path]:
-        """The human's own extra object stores (their file, so trusted): absolute, existing."""
-        text = beneath.read_regular(self.common, "objects/info/alternates") or ""
-        found = []
-        for line in text.splitlines():
-            entry = line.strip()
-            if not entry or entry.startswith("#"):
-                continue
-            path = Path(entry) if Path(entry).is_absolute() else self.common / "objects" / entry
-            if path.is_dir():
-                found.append(path.resolve())
-        return found
-
-    def checked_out(self) -> dict[str, Path]:
-        """branch -> the work tree that has it checked out, over the human's worktrees."""
-        found: dict[str, Path] = {}
-        tree: Path | None = None
-        output = run_git("-C", str(self.checkout), "worktree", "list", "--porcelain").stdout
-        for line in output.splitlines():
-            if line.startswith("worktree "):
-                tree = Path(line.removeprefix("worktree "))
-            elif line.startswith("branch refs/heads/") and tree is not None:
-                found[line.removeprefix("branch refs/heads/")] = tree
-        return found
-
-    def is_ancestor(self, older: str, newer: str) -> bool:
-        result = run_git(
-            f"--git-dir={self.common}", "merge-base", "--is-ancestor", older, newer, check=False
-        )
-        return result.returncode == 0
-
-    def hazards(self, old: str | None, new: str, protected: Sequence[str]) -> list[str]:
-        """What the commits from *old* to *new* change that a fast-forward must not
-        make the human's without a yes: gitlinks (git would enter a repository the agent
-        made), ``.gitmodules``, protected paths."""
-        base = old or self.git("hash-object", "-t", "tree", "/dev/null").strip()
-        output = self.git("diff-tree", "-r", "-z", "--no-renames", base, new)
-        fields = output.split("\0")
-        found: list[str] = []
-        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-            parts = meta.lstrip(":").split()
-            if len(parts) < 2:
-                continue
-            if parts[1] == GITLINK and parts[0] != GITLINK:
-                found.append(f"adds a gitlink at {path!r} (your git would enter it)")
-            elif path == ".gitmodules":
-                found.append("changes .gitmodules")
-            elif any(path == item or path.startswith(item.rstrip("/") + "/") for item in protected):
-                found.append(f"changes {path!r}, a protected path")
-        return found
-
-    def git_dir_of_checkout(self) -> Path:
-        output = run_git("-C", str(self.checkout), "rev-parse", "--absolute-git-dir").stdout
-        return Path(output.strip())
+def _hazards(
+    human: HumanRepository, old: str | None, new: str, protected: Sequence[str]
+) -> list[str]:
+    """What the commits from *old* to *new* change that a fast-forward must not make the
+    human's without a yes: gitlinks (git would enter a repository the agent made),
+    ``.gitmodules``, protected paths."""
+    output = human.git("diff-tree", "-r", "-z", "--no-renames", old or human.empty_tree(), new)
+    fields = output.split("\0")
+    found: list[str] = []
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        parts = meta.lstrip(":").split()
+        if len(parts) < 2:
+            continue
+        if parts[1] == GITLINK and parts[0] != GITLINK:
+            found.append(f"adds a gitlink at {path!r} (your git would enter it)")
+        elif path == ".gitmodules":
+            found.append("changes .gitmodules")
+        elif any(path == item or path.startswith(item.rstrip("/") + "/") for item in protected):
+            found.append(f"changes {path!r}, a protected path")
+    return found
 
 
 # -- the sync -------------------------------------------------------------------------------
@@ -230,7 +184,7 @@ class Syncer:
             session = read_session(self.paths, cloister)
             if session is None or session.checkout is None or session.common_dir is None:
                 raise SyncError(f"cloister {cloister!r} has no git directory to sync")
-            human = _Human(Path(session.checkout), Path(session.common_dir))
+            human = HumanRepository.of(Path(session.checkout))
             outcome = SyncOutcome(cloister)
             try:
                 self._sync(session, human, outcome, running=running, assume_yes=assume_yes)
@@ -242,7 +196,7 @@ class Syncer:
     def _sync(
         self,
         session: SessionRecord,
-        human: _Human,
+        human: HumanRepository,
         outcome: SyncOutcome,
         *,
         running: bool,
@@ -258,8 +212,8 @@ class Syncer:
             outcome.head = exported.head
             keep = self._take_pack(human, exported.pack) if exported.pack else None
             try:
-                imported = human.refs(agent_ref(cloister, ""))
-                humans = human.refs("refs/heads/")
+                imported = _short_refs(human, agent_ref(cloister, ""))
+                humans = _short_refs(human, "refs/heads/")
                 self._fast_forward(session, human, exported, humans, outcome, assume_yes=assume_yes)
                 plan = plan_sync(
                     agent=exported.refs,
@@ -313,7 +267,7 @@ class Syncer:
             beneath.remove_tree(scratch)
 
     def _export(
-        self, cloister: str, git_dir: Path, human: _Human, scratch: Path, hash_length: int
+        self, cloister: str, git_dir: Path, human: HumanRepository, scratch: Path, hash_length: int
     ) -> _Exported:
         if not self.engine.image_exists(stack.GIT_IMAGE):
             raise SyncError(
@@ -321,7 +275,7 @@ class Syncer:
             )
         given = scratch / "in"
         atomic_write(given / "object-format", human.object_format() + "\n", mode=0o644)
-        atomic_write(given / "haves", "".join(f"{oid}\n" for oid in human.haves(cloister)))
+        atomic_write(given / "haves", "".join(f"{oid}\n" for oid in _haves(human, cloister)))
         binds = [
             Bind(str(git_dir), EXPORT_SOURCE),
             Bind(str(human.common / "objects"), ORIGIN_OBJECTS),
@@ -370,7 +324,7 @@ class Syncer:
 
     # -- 2. the pack -------------------------------------------------------------------------
 
-    def _take_pack(self, human: _Human, pack: Path) -> Path | None:
+    def _take_pack(self, human: HumanRepository, pack: Path) -> Path | None:
         """Index the pack into the human's repository; the ``.keep`` that holds it until
         refs name its objects (a concurrent prune cannot take them).
 
@@ -422,7 +376,7 @@ class Syncer:
 
     @staticmethod
     def _import(
-        human: _Human, cloister: str, imports: Mapping[str, str], removals: Sequence[str]
+        human: HumanRepository, cloister: str, imports: Mapping[str, str], removals: Sequence[str]
     ) -> None:
         # Deletions first, on their own: `a` going and `a/b` coming cannot share a
         # transaction.
@@ -447,7 +401,7 @@ class Syncer:
     # -- 4. the fast-forward ---------------------------------------------------------------------
 
     @staticmethod
-    def _shared_branch(session: SessionRecord, human: _Human) -> str | None:
+    def _shared_branch(session: SessionRecord, human: HumanRepository) -> str | None:
         """The branch checked out where the cloister works, when that is the human's checkout."""
         if not session.shared:
             return None
@@ -458,7 +412,7 @@ class Syncer:
     def _fast_forward(
         self,
         session: SessionRecord,
-        human: _Human,
+        human: HumanRepository,
         exported: _Exported,
         humans: dict[str, str],
         outcome: SyncOutcome,
@@ -483,7 +437,7 @@ class Syncer:
                 f" {agent_ref(session.cloister, branch)} there"
             )
             return
-        hazards = human.hazards(old, new, session.protected)
+        hazards = _hazards(human, old, new, session.protected)
         if hazards and not assume_yes:
             outcome.notes.append(
                 f"your {branch} was not fast-forwarded: the agent's commits {'; '.join(hazards)}."
@@ -505,7 +459,7 @@ class Syncer:
 
     @staticmethod
     def _update_branch(
-        human: _Human, branch: str, old: str | None, new: str, outcome: SyncOutcome
+        human: HumanRepository, branch: str, old: str | None, new: str, outcome: SyncOutcome
     ) -> bool:
         expected = old or "0" * len(new)
         result = run_git(
@@ -523,7 +477,7 @@ class Syncer:
         return result.returncode == 0
 
     def _fast_forward_checkout(
-        self, human: _Human, branch: str, old: str | None, new: str, outcome: SyncOutcome
+        self, human: HumanRepository, branch: str, old: str | None, new: str, outcome: SyncOutcome
     ) -> bool:
         """Move the checked-out *branch* and the index along, under git's index lock.
 
@@ -531,7 +485,7 @@ class Syncer:
         the index becomes the new commit's tree (stat data kept where the content is the
         same). Refused when anything is staged: that is the human's work in progress.
         """
-        git_dir = human.git_dir_of_checkout()
+        git_dir = human.git_dir
         index = git_dir / "index"
         lock = git_dir / "index.lock"
         try:
@@ -566,7 +520,7 @@ class Syncer:
             lock.unlink(missing_ok=True)
 
     @staticmethod
-    def _nothing_staged(human: _Human, old: str | None, index: Path) -> bool:
+    def _nothing_staged(human: HumanRepository, old: str | None, index: Path) -> bool:
         if old is None:  # an unborn branch: anything in the index is staged
             listed = run_git("-C", str(human.checkout), "ls-files", "--stage", env=None)
             return not index.exists() or not listed.stdout.strip()
