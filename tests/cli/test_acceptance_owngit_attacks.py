@@ -1,8 +1,9 @@
-"""Attacks on the own-git-directory design that worked (issue 18, third round).
+"""Attacks on the own-git-directory design that worked when it was first built (an
+attacker's read of issue 18's change), each kept as a test that must hold now.
 
 Each test is a hostile agent inside a real cloister started by the real ``cloister``
-command, and the human using Cloister and git as people do. Every test fails on the
-design as it was when written; none is marked xfail.
+command, and the human using Cloister and git as people do. Every test failed on the
+design as it was before its fix; none is marked xfail.
 
 Attacks, and the test of each:
 
@@ -22,7 +23,6 @@ Attacks, and the test of each:
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ from tests.cli.cli_support import (
     exec_ok,
     free_port,
     git,
+    git_executable,
     guardian,
     make_repo,
     remove_containers,
@@ -164,38 +165,43 @@ def test_a_fifo_in_its_git_directory_hangs_no_sync(scene: Scene) -> None:
 LATIN1_BRANCH = "git branch $'caf\\xe9'"  # a valid ref name for git: bytes, not text
 
 
+def _audit_says(scene: Scene, text: str) -> bool:
+    log = scene.cli.data_dir / "logs" / f"{scene.name}.log"
+    return log.exists() and text in log.read_text(encoding="utf-8", errors="replace")
+
+
 def test_a_branch_not_in_utf8_leaves_the_executor_running(scene: Scene) -> None:
-    """The watch's audit line holds the branch name as a lone surrogate; encoding it
-    raises in the daemon's task group, and the executor daemon exits: hostexec and the
-    watch are gone for every cloister."""
+    """The watch's sync meets a branch whose name is bytes, not text: it does not come
+    back (a note in the cloister's log says so, in ASCII), and the executor daemon runs
+    on (its log line once held the name as a lone surrogate, and the daemon died)."""
     assert scene.start().returncode == 0
     assert exec_in(scene.name, "hostexec git status --short").returncode == 0
-    exec_ok(scene.name, LATIN1_BRANCH)
-    wait_until(
-        lambda: bool(
-            scene.git("for-each-ref", "--format=%(objectname)", f"refs/cloister/{scene.name}/caf*")
-        ),
-        SYNC_SECONDS,
-        "the watch's sync",
-    )
-    time.sleep(2)  # the audit line comes right after the refs
+    exec_ok(scene.name, LATIN1_BRANCH + " && git commit -q --allow-empty -m agent")
+    wait_until(lambda: _audit_says(scene, "does not come back"), SYNC_SECONDS, "the watch's sync")
     assert executor_runs(scene.cli), "the executor daemon died"
     after = exec_in(scene.name, "hostexec git status --short")
     assert after.returncode == 0, after.describe()
+    agent = scene.git("for-each-ref", "--format=%(refname)", f"refs/cloister/{scene.name}/")
+    assert agent.split() == [f"refs/cloister/{scene.name}/" + scene.git("branch", "--show-current")]
 
 
 def test_a_branch_not_in_utf8_lets_the_project_start_again(scene: Scene) -> None:
-    """At the next start the agent's branches of the last session come back into its
-    new git directory; packed-refs is written as UTF-8 text, and the start dies with a
-    traceback, every time, until the human deletes the ref by hand."""
+    """A start makes the cloister's refs from the human's (and the agent's branches of
+    an earlier session): names that are bytes, not text, are written back as the same
+    bytes, and never break a start (once one in refs/cloister/ did, every time)."""
     assert scene.start().returncode == 0
     exec_ok(scene.name, LATIN1_BRANCH)
     scene.cli.ok("stop", scene.name)
-    imported = scene.git("for-each-ref", "--format=%(objectname)", f"refs/cloister/{scene.name}/")
-    assert len(imported.split()) == 2, "the agent's branches came back"
+    head = scene.git("rev-parse", "HEAD")
+    weird = [git_executable(), "-C", str(scene.repo), "update-ref"]
+    for ref in (b"refs/heads/caf\xe9", f"refs/cloister/{scene.name}/caf".encode() + b"\xe9"):
+        subprocess.run([*weird, ref, head], check=True, capture_output=True, timeout=60)
     again = scene.start()
     assert again.returncode == 0, again.describe()
     assert "Traceback" not in again.output, again.describe()
+    # The human's branch is there too, its name the same bytes (od: no text decoding).
+    inside = exec_ok(scene.name, "git for-each-ref --format='%(refname)' refs/heads/ | od -c")
+    assert "c   a   f 351" in inside.stdout, inside.stdout
 
 
 # -- the human's filter drivers on the agent's files -----------------------------------------

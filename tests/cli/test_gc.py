@@ -269,6 +269,11 @@ class SyncContainer:
     status: str
     engine: SyncEngine
     labels: dict[str, str] = field(default_factory=lambda: {stack.LABEL_SYNC: "api"})
+    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        return {"Created": self.created.replace("+00:00", "Z")}
 
     @property
     def short_id(self) -> str:
@@ -305,15 +310,17 @@ def test_sync_containers_a_killed_sync_left_are_removed(tmp_path: Path) -> None:
     engine = SyncEngine()
     context = Context(CloisterPaths(tmp_path / "config", tmp_path / "data"), home=tmp_path)
     context.__dict__["docker"] = engine
+    long_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     engine.containers.items = [
         SyncContainer("cloister-sync-api-1", "exited", engine),
         SyncContainer("cloister-sync-web-2", "running", engine),  # a sync in progress
+        SyncContainer("cloister-sync-api-3", "running", engine, created=long_ago),  # abandoned
     ]
     found = gc.survey(context)
-    assert found.syncs == ["cloister-sync-api-1"]
+    assert found.syncs == ["cloister-sync-api-1", "cloister-sync-api-3"]
     assert not found.empty
     done = gc.collect(context, found)
-    assert done.syncs == 1
+    assert done.syncs == 2
     assert [item.name for item in engine.containers.items] == ["cloister-sync-web-2"]
     # Gone meanwhile: no error, nothing counted.
     assert gc.collect(context, found).syncs == 0

@@ -580,7 +580,7 @@ def test_a_cloister_whose_commits_cannot_be_brought_back_keeps_the_directories(
 def test_sync_containers_a_killed_sync_left_are_removed(
     env: dict[str, str], installed: FakeEngine
 ) -> None:
-    labels = {stack.LABEL_SYNC: "api"}
+    labels = {stack.LABEL_SYNC: "gone"}  # of a cloister that is gone (a stop removes its own)
     installed.containers.items.append(FakeContainer("cloister-sync-api-1", labels, installed))
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output

@@ -897,13 +897,8 @@ def test_a_valid_fake_export_is_taken_in(plain_world: World) -> None:
     ("refs", "head", "said"),
     [
         (b"%(main)s refs/heads/main\n", b"refs/heads/main\n", "a ref outside refs/agent/"),
-        (b"%(main)s refs/agent/a..b\n", b"refs/heads/main\n", "'@', '@{' or '..'"),
-        (b"%(main)s refs/agent/-x\n", b"refs/heads/main\n", "a leading '/' or '-'"),
-        (b"%(main)s refs/agent/a b\n", b"refs/heads/main\n", "a control character, space"),
-        (b"%(main)s refs/agent/x.lock\n", b"refs/heads/main\n", "ending with '.lock'"),
         (b"%(main)s\n", b"refs/heads/main\n", "not a ref line"),
         (b"xyz refs/agent/main\n", b"refs/heads/main\n", "not an object name"),
-        (b"%(main)s refs/agent/main\n", b"refs/heads/../../x\n", "HEAD names an impossible"),
         (b"%(main)s refs/agent/main\n", b"not a commit\n", "not an object name"),
     ],
 )
@@ -917,6 +912,42 @@ def test_a_hostile_ref_list_is_refused_whole(
     assert said in message
     assert world.own_refs() == before
     assert world.agent_refs() == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        (b"a..b", "'@', '@{' or '..'"),
+        (b"-x", "a leading '/' or '-'"),
+        (b"a b", "a control character, space"),
+        (b"x.lock", "ending with '.lock'"),
+        (b"caf\xe9", "bytes that are no UTF-8"),
+    ],
+)
+def test_a_branch_cloister_does_not_take_stays_out_and_is_named(
+    plain_world: World, name: bytes, said: str
+) -> None:
+    """Git may take it (the agent's own git made it); it does not come back, the other
+    branches do, and the note names it in ASCII (the daemon's log line is text)."""
+    world = plain_world
+    before = world.own_refs()
+    main = before["refs/heads/main"].encode()
+    outcome = world.sync(
+        _export_of(world, main + b" refs/agent/main\n" + main + b" refs/agent/" + name + b"\n")
+    )
+    assert world.agent_refs() == {"main": main.decode()}
+    (note,) = [line for line in outcome.notes if "does not come back" in line]
+    assert said in note
+    assert note.isascii()
+    assert world.own_refs() == before
+
+
+def test_a_head_on_a_branch_that_does_not_come_back_is_no_head(plain_world: World) -> None:
+    world = plain_world
+    main = world.own_refs()["refs/heads/main"].encode()
+    outcome = world.sync(_export_of(world, main + b" refs/agent/main\n", b"refs/heads/../../x\n"))
+    assert outcome.head.branch is None
+    assert outcome.fast_forwarded is None
 
 
 def test_a_ref_to_an_object_nobody_sent_is_refused(plain_world: World) -> None:

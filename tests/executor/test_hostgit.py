@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from cloister_executor.gitsync import Syncer, SyncError, SyncOutcome
 from cloister_executor.hostgit import GitProjects, Prepared, _protected_problem
 from cloister_executor.protocol import ExecRefusal
 from tests.executor.conftest import DaemonHarness, as_refusal, as_result
-from tests.git_support import hermetic_git, run_git
+from tests.git_support import GIT, hermetic_git, run_git
 
 PROTECTED = (".envrc", ".husky", ".devcontainer")
 
@@ -348,7 +349,7 @@ def test_a_changed_protected_file_in_the_work_tree_is_refused(repo: Project) -> 
     (repo.repo / ".envrc").write_text("changed\n", encoding="utf-8")
     found = problem(repo, "add", "-A")
     assert found is not None
-    assert "'.envrc', a protected path, differs from HEAD" in found
+    assert "'.envrc', a protected path (or the way to one), differs from HEAD" in found
 
 
 def test_a_file_under_a_protected_directory_counts(repo: Project) -> None:
@@ -623,3 +624,22 @@ def test_commits_picked_by_pattern_or_input_are_refused(
 def test_a_listing_option_elsewhere_is_no_reason_to_refuse(repo: Project) -> None:
     assert problem(repo, "cherry-pick", "main..harmless") is None
     assert problem(repo, "branch", "--list") is None
+
+
+def test_a_link_over_the_way_to_a_protected_path_is_refused(repo: Project) -> None:
+    """``.vscode`` made a link to a directory of the agent's changes ``.vscode/tasks.json``
+    as much as an edit of it does."""
+    target = repo.repo / "elsewhere"
+    target.write_text("x\n", encoding="utf-8")
+    link = repo.git("hash-object", "-w", str(target))
+    entries = repo.git("ls-tree", "HEAD")
+    listing = entries + f"\n120000 blob {link}\t.vscode\n"
+    made = subprocess.run(
+        [GIT, "-C", str(repo.repo), "mktree"], input=listing, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    commit = repo.git("commit-tree", "-p", "HEAD", "-m", "editor", made.stdout.strip())
+    found = problem(repo, "checkout", commit, protected=(".vscode/tasks.json",))
+    assert found is not None
+    assert "changes '.vscode'" in found
+    assert problem(repo, "checkout", "harmless", protected=(".vscode/tasks.json",)) is None

@@ -47,8 +47,10 @@ from cloister_core.snapshots import (
     read_records,
     unreadable_records,
 )
+from cloister_executor.gitsync import EXPORT_TIMEOUT
 
 SCRATCH_AGE_SECONDS = 3600.0  # a snapshot takes well under a second; older is abandoned
+SCRATCH_MARGIN_SECONDS = 60.0  # past a sync's own limit: nobody waits for it any more
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,19 +198,25 @@ def survey(context: Context, *, now: datetime | None = None) -> Survey:
             for forward in ports.forwards(context.docker)
             if forward.status == "stale"
         ],
-        syncs=_finished_syncs(context),
+        syncs=_finished_syncs(context, now),
     )
 
 
-def _finished_syncs(context: Context) -> list[str]:
-    """Export containers that are not running (a running one is a sync in progress)."""
-    return [
-        container.name or container.short_id
-        for container in context.docker.containers.list(
-            all=True, filters={"label": stack.LABEL_SYNC}
-        )
-        if container.status != "running"
-    ]
+def _finished_syncs(context: Context, now: datetime) -> list[str]:
+    """Export containers that are not running, or run longer than a sync may (a running
+    one is a sync in progress; one a killed `cloister sync` left runs on)."""
+    found = []
+    for container in context.docker.containers.list(all=True, filters={"label": stack.LABEL_SYNC}):
+        created = str(container.attrs.get("Created", ""))
+        try:
+            age = (
+                now - datetime.fromisoformat(created[:26].rstrip("Z") + "+00:00")
+            ).total_seconds()
+        except ValueError:
+            age = float("inf")
+        if container.status != "running" or age > EXPORT_TIMEOUT + SCRATCH_MARGIN_SECONDS:
+            found.append(container.name or container.short_id)
+    return found
 
 
 def collect(

@@ -32,13 +32,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cloister_cli import git
-from cloister_cli.snapshots.gitrun import FILTER_QUERY, filters_off
 from cloister_core import beneath
 from cloister_core.config import load_project_config
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 from cloister_core.gitrun import run_git
-from cloister_core.owngit import HOST_REMOTE, ORIGIN_ALTERNATES, ORIGIN_OBJECTS, POINTER, agent_ref
+from cloister_core.gitsafety import FILTER_QUERY, filters_off
+from cloister_core.owngit import (
+    HOST_REMOTE,
+    ORIGIN_ALTERNATES,
+    ORIGIN_OBJECTS,
+    POINTER,
+    agent_ref,
+    branch_name_problem,
+)
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
 from cloister_core.sessions import list_sessions
@@ -135,9 +142,14 @@ def _hooks_path(checkout: Path) -> str | None:
     return "/work" if relative == "." else f"/work/{relative}"
 
 
-def _packed_refs(refs: Mapping[str, str]) -> str:
+def _bytes(text: str) -> bytes:
+    """*text* read from git (names are bytes: surrogate escapes) as the same bytes."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _packed_refs(refs: Mapping[str, str]) -> bytes:
     # No header: git then reads it without assuming an order or peeled tags.
-    return "".join(f"{oid} {name}\n" for name, oid in sorted(refs.items()))
+    return _bytes("".join(f"{oid} {name}\n" for name, oid in sorted(refs.items())))
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -172,6 +184,8 @@ def _earlier_work(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     for name, oid in repository.refs(prefix).items():
         branch = name.removeprefix(prefix)
+        if branch_name_problem(branch) is not None:
+            continue  # one an older Cloister took: it would not come back again
         ref = f"refs/heads/{branch}"
         human = refs.refs.get(ref)
         if human == oid or (human is not None and repository.is_ancestor(oid, human)):
@@ -238,7 +252,7 @@ def _fill(
     _earlier_work(repository, cloister, chosen, keep_human=checked_out if shared else None)
     chosen.refs.update({f"refs/remotes/{HOST_REMOTE}/{name}": oid for name, oid in heads.items()})
     atomic_write(target / "packed-refs", _packed_refs(chosen.refs), mode=0o644)
-    atomic_write(target / "HEAD", head, mode=0o644)
+    atomic_write(target / "HEAD", _bytes(head), mode=0o644)
     extra = repository.alternates()
     alternates = [ORIGIN_OBJECTS, *(f"{ORIGIN_ALTERNATES}/{n}" for n in range(len(extra)))]
     atomic_write(target / "objects/info/alternates", "".join(f"{a}\n" for a in alternates))
@@ -246,11 +260,13 @@ def _fill(
     hooks_path = _hooks_path(repository.checkout)
     atomic_write(
         target / "config",
-        config_text(
-            object_format=object_format,
-            identity=identity,
-            remotes=remotes,
-            hooks_path=hooks_path,
+        _bytes(
+            config_text(
+                object_format=object_format,
+                identity=identity,
+                remotes=remotes,
+                hooks_path=hooks_path,
+            )
         ),
         mode=0o644,
     )
@@ -295,13 +311,23 @@ def _worktree_index(
     repository: HumanRepository, target: Path, worktree: Path, commit: str | None
 ) -> None:
     """A worktree cloister's index: its branch's tree, written out when the work tree
-    is new (empty), else read only (the files there are the agent's last session's)."""
+    is new (empty), else read only (the files there are the agent's last session's).
+
+    None of the human's filter drivers runs: the branch may be the agent's, whose
+    ``.gitattributes`` would choose what they run on (git-lfs's smudge would fetch from
+    the URL of its ``.lfsconfig``, from the host). Files come out as committed.
+    """
     if commit is None:
         return  # a branch without a commit: an empty index
-    env = {"GIT_INDEX_FILE": str(target / "index")}
+    env = {"GIT_INDEX_FILE": str(target / "index")} | _filters_off(repository)
     fresh = not any(path.name != ".git" for path in worktree.iterdir())
     args = ["read-tree", "-u", "--reset", commit] if fresh else ["read-tree", commit]
     run_git(f"--git-dir={repository.common}", f"--work-tree={worktree}", *args, env=env)
+
+
+def _filters_off(repository: HumanRepository) -> dict[str, str]:
+    listed = run_git(f"--git-dir={repository.common}", *FILTER_QUERY, check=False).stdout
+    return filters_off(listed)
 
 
 def uncommitted(repository: HumanRepository, worktree: Path, commit: str | None) -> bool:
@@ -311,8 +337,7 @@ def uncommitted(repository: HumanRepository, worktree: Path, commit: str | None)
     if commit is None:
         return any(path.name != ".git" for path in worktree.iterdir())
     with tempfile.TemporaryDirectory(prefix="cloister-worktree-") as scratch:
-        listed = run_git(f"--git-dir={repository.common}", *FILTER_QUERY, check=False).stdout
-        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")} | filters_off(listed)
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")} | _filters_off(repository)
         tree = (f"--git-dir={repository.common}", f"--work-tree={worktree}")
         run_git(*tree, "read-tree", commit, env=env)
         # Against the index just read (HEAD is the human's checkout's, another branch);

@@ -7,6 +7,7 @@ start`` (and its dry run) is :mod:`cloister_cli.starting`, which builds on this 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
@@ -201,6 +202,13 @@ def stop(context: Context, name: str) -> StopOutcome:
     """Remove the cloister, revoke its token everywhere, bring its commits back, and
     review what it left in the work tree."""
     result = cloisters.stop(context.docker, context.paths, name)
+    # A sync running now (the watch's) would hold the last one up: its container goes,
+    # and the sync gives up at once (a FIFO of the agent's can keep git waiting).
+    for running in context.docker.containers.list(
+        all=True, filters={"label": f"{stack.LABEL_SYNC}={name}"}
+    ):
+        with contextlib.suppress(docker.errors.NotFound):
+            running.remove(force=True)
     ports.remove_all(context.docker, name)  # its published ports (`cloister port`)
     accounts.remove(context.paths, name)
     safeguards.remove_marker(context.paths, name)

@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-__all__ = ["HARDENED_GIT_CONFIG", "git_environment", "hardened_git_config"]
+__all__ = [
+    "FILTER_QUERY",
+    "HARDENED_GIT_CONFIG",
+    "filters_off",
+    "git_environment",
+    "hardened_git_config",
+]
 
 
 # --- configuration -----------------------------------------------------------------
@@ -128,3 +134,32 @@ def git_environment(base: Mapping[str, str], *, hooks: bool) -> dict[str, str]:
     environment["GIT_TERMINAL_PROMPT"] = "0"  # no credential prompt on a terminal nobody reads
     environment["GIT_PAGER"] = "cat"  # beats core.pager and pager.<cmd>
     return environment
+
+
+# -- filter drivers ------------------------------------------------------------------------
+
+_DRIVER_KEYS = (".clean", ".smudge", ".process")
+# `git config` arguments that list the filter drivers' keys (for :func:`filters_off`).
+FILTER_QUERY = ("config", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$")
+
+
+def filters_off(listed: str) -> dict[str, str]:
+    """Variables that switch off every filter driver *listed* (:data:`FILTER_QUERY`'s
+    output) names: the human's drivers are programs the agent's ``.gitattributes``
+    would choose the files of (and git-lfs's smudge fetches from the URL of the agent's
+    ``.lfsconfig``). Git has no wildcard for them, so each is named."""
+    drivers = sorted(
+        {
+            key.removeprefix("filter.").rsplit(".", 1)[0]
+            for key in listed.splitlines()
+            if key.startswith("filter.") and key.endswith(_DRIVER_KEYS)
+        }
+    )
+    off = (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false"))
+    pairs = [(f"filter.{driver}.{name}", value) for driver in drivers for name, value in off]
+    # GIT_CONFIG_COUNT takes any key as it is (a driver's name may hold "=" or quotes).
+    env = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for number, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{number}"] = key
+        env[f"GIT_CONFIG_VALUE_{number}"] = value
+    return env

@@ -41,7 +41,9 @@ __all__ = [
     "parse_head",
     "parse_refs",
     "plan_sync",
+    "protected_pathspecs",
     "push_argv",
+    "touches_protected",
 ]
 
 # Inside a cloister: its git directory where the project's is, or (when /work/.git is a
@@ -83,6 +85,10 @@ def branch_name_problem(name: str) -> str | None:
     ``check-ref-format`` rules, and Cloister's bound on the length)."""
     if not name or len(name.encode("utf-8", "surrogateescape")) > MAX_REF_LENGTH:
         return "an empty or overlong name"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes git takes, but no text (every log line has it)
+        return "bytes that are no UTF-8"
     if _FORBIDDEN.search(name):
         return "a control character, space or one of ~^:?*[\\"
     if name == "@" or "@{" in name or ".." in name:
@@ -103,13 +109,17 @@ def _oid(raw: bytes, length: int) -> str:
     return raw.decode("ascii")
 
 
-def parse_refs(data: bytes, *, prefix: str, hash_length: int) -> dict[str, str]:
-    """``<oid> <prefix><branch>`` lines (``git for-each-ref``) as ``{branch: oid}``.
+def parse_refs(
+    data: bytes, *, prefix: str, hash_length: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``<oid> <prefix><branch>`` lines (``git for-each-ref``) as ``{branch: oid}``, and
+    the branches left out, with why (a name Cloister does not take: not UTF-8, say).
 
-    A line that does not fit is an :class:`ExportError` (Cloister's script writes no
-    such line); a branch name git would not make is too.
+    A line that does not fit is an :class:`ExportError`: Cloister's script writes no
+    such line.
     """
     refs: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -123,11 +133,13 @@ def parse_refs(data: bytes, *, prefix: str, hash_length: int) -> dict[str, str]:
         if not name.startswith(prefix):
             raise ExportError(f"a ref outside {prefix}: {name[:80]!r}")
         branch = name.removeprefix(prefix)
+        oid = _oid(raw_oid, hash_length)
         problem = branch_name_problem(branch)
         if problem is not None:
-            raise ExportError(f"branch {branch[:80]!r} has {problem}")
-        refs[branch] = _oid(raw_oid, hash_length)
-    return refs
+            skipped[ascii(branch[:80])] = problem
+            continue
+        refs[branch] = oid
+    return refs, skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +157,34 @@ def parse_head(data: bytes, *, hash_length: int) -> Head:
         return Head()
     if text.startswith(b"refs/heads/"):
         branch = text.removeprefix(b"refs/heads/").decode("utf-8", "surrogateescape")
-        if branch_name_problem(branch) is not None:
-            raise ExportError(f"HEAD names an impossible branch: {text[:80]!r}")
-        return Head(branch=branch)
+        # On a branch that does not come back (parse_refs): as good as nowhere.
+        return Head() if branch_name_problem(branch) is not None else Head(branch=branch)
     return Head(commit=_oid(text, hash_length))
+
+
+# -- protected paths in trees ---------------------------------------------------------------
+
+
+def touches_protected(path: str, protected: Sequence[str]) -> bool:
+    """Whether a change of tree entry *path* changes a protected path: the path itself,
+    one inside it, or one on the way to it (``.vscode`` turned into a link to a
+    directory of the agent's changes ``.vscode/tasks.json`` as much as an edit does)."""
+    for item in protected:
+        name = item.strip("/")
+        if path == name or path.startswith(name + "/") or name.startswith(path + "/"):
+            return True
+    return False
+
+
+def protected_pathspecs(protected: Sequence[str]) -> list[str]:
+    """Pathspecs (literal) that select every entry :func:`touches_protected` looks at:
+    the protected paths and the directories on the way to them."""
+    found: dict[str, None] = {}
+    for item in protected:
+        parts = item.strip("/").split("/")
+        for end in range(1, len(parts) + 1):
+            found["/".join(parts[:end])] = None
+    return list(found)
 
 
 # -- one sync ------------------------------------------------------------------------------

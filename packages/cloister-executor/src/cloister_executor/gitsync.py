@@ -55,6 +55,7 @@ from cloister_core.owngit import (
     parse_head,
     parse_refs,
     plan_sync,
+    touches_protected,
 )
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
@@ -112,6 +113,7 @@ class SyncOutcome:
 @dataclass(frozen=True, slots=True)
 class _Exported:
     refs: dict[str, str]
+    skipped: dict[str, str]  # branch (as ASCII) -> why it does not come back
     head: Head
     pack: Path | None
 
@@ -153,8 +155,8 @@ def _hazards(
             found.append(f"adds a gitlink at {path!r} (your git would enter it)")
         elif path == ".gitmodules":
             found.append("changes .gitmodules")
-        elif any(path == item or path.startswith(item.rstrip("/") + "/") for item in protected):
-            found.append(f"changes {path!r}, a protected path")
+        elif touches_protected(path, protected):
+            found.append(f"changes {path!r}, a protected path (or the way to one)")
     return found
 
 
@@ -210,6 +212,10 @@ class Syncer:
         with self._scratch(cloister) as scratch:
             exported = self._export(cloister, git_dir, human, scratch, hash_length)
             outcome.head = exported.head
+            outcome.notes += [
+                f"the agent's branch {name} does not come back: its name has {why}"
+                for name, why in sorted(exported.skipped.items())
+            ]
             keep = self._take_pack(human, exported.pack) if exported.pack else None
             try:
                 imported = _short_refs(human, agent_ref(cloister, ""))
@@ -316,8 +322,10 @@ class Syncer:
         pack_info = beneath.lstat_below(out, "pack")
         if pack_info is not None and not stat.S_ISREG(pack_info.st_mode):
             raise ExportError("the export's pack is not a regular file")
+        refs, skipped = parse_refs(refs_text, prefix="refs/agent/", hash_length=hash_length)
         return _Exported(
-            refs=parse_refs(refs_text, prefix="refs/agent/", hash_length=hash_length),
+            refs=refs,
+            skipped=skipped,
             head=parse_head(head_text, hash_length=hash_length),
             pack=out / "pack" if pack_info is not None else None,
         )

@@ -38,8 +38,8 @@ from cloister_core.gitargv import (
     revision_candidates,
 )
 from cloister_core.gitrun import GitError, run_git
-from cloister_core.gitsafety import git_environment
-from cloister_core.owngit import push_argv
+from cloister_core.gitsafety import FILTER_QUERY, filters_off, git_environment
+from cloister_core.owngit import protected_pathspecs, push_argv, touches_protected
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import SessionRecord
 from cloister_core.tokens import TokenRecord
@@ -47,7 +47,8 @@ from cloister_core.watch import Signature, file_signature
 from cloister_executor.gitsync import Syncer, SyncError
 from cloister_executor.protocol import ExecRefusal
 
-LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}  # protected paths are names, not patterns
+LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
+SYSTEM_CONFIG = Path("/etc/gitconfig")  # protected paths are names, not patterns
 
 
 @dataclass(slots=True)
@@ -73,6 +74,21 @@ class GitProjects:
     syncer: Syncer | None
     report: Callable[[str], None]
     _sessions: dict[str, _Cached] = field(default_factory=dict)
+    _filters: dict[str, tuple[tuple[Signature, ...], dict[str, str]]] = field(default_factory=dict)
+
+    def filters_off(self, checkout: Path, common: Path, env: Mapping[str, str]) -> dict[str, str]:
+        """Variables switching off every filter driver of the human's config in
+        *checkout* (re-read when a config file changed; includes are not watched)."""
+        home = Path(env.get("HOME") or Path.home())
+        xdg = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+        files = (common / "config", home / ".gitconfig", xdg / "git" / "config")
+        signature = (*(file_signature(path) for path in files), file_signature(SYSTEM_CONFIG))
+        cached = self._filters.get(str(checkout))
+        if cached is None or cached[0] != signature:
+            listed = run_git("-C", str(checkout), *FILTER_QUERY, check=False).stdout
+            cached = (signature, filters_off(listed))
+            self._filters[str(checkout)] = cached
+        return cached[1]
 
     def session(self, cloister: str) -> SessionRecord | None:
         """The cloister's running session (re-read when the file changed); None if none."""
@@ -105,7 +121,11 @@ class GitProjects:
         session = self.session(record.cloister)
         if session is None or session.checkout is None or not session.is_git:
             return prepared
-        prepared.env = git_environment(env, hooks=config.git_hooks)
+        # Hardened, and none of the human's filter drivers: the agent's .gitattributes
+        # chooses which files they run on (git-lfs's fetch from its .lfsconfig's URL).
+        prepared.env = git_environment(env, hooks=config.git_hooks) | await asyncio.to_thread(
+            self.filters_off, Path(session.checkout), Path(session.common_dir or ""), env
+        )
         if not git:
             return prepared
         prepared.cwd = Path(session.checkout)
@@ -328,17 +348,28 @@ def _git_in(checkout: Path, *args: str, check: bool = True, input: str | None = 
     return run_git("-C", str(checkout), *args, check=check, env=LITERAL, input=input).stdout
 
 
+def _touching(output: str, protected: Sequence[str]) -> list[str]:
+    """The paths of *output* (``--name-only -z``) that change a protected path."""
+    return [path for path in output.split("\0") if path and touches_protected(path, protected)]
+
+
 def _checkout_problem(checkout: Path, protected: Sequence[str], base: str) -> str | None:
     """A protected path where the index or the work tree already differs from HEAD."""
-    staged = _git_in(checkout, "diff-index", "--cached", "--name-only", base, "--", *protected)
-    if staged.strip():
+    specs = protected_pathspecs(protected)
+    staged = _touching(
+        _git_in(checkout, "diff-index", "--cached", "--name-only", "-z", base, "--", *specs),
+        protected,
+    )
+    if staged:
         return (
-            f"the index holds a change to {staged.split()[0]!r}, a protected path; look at"
-            " `git diff --cached` on the host"
+            f"the index holds a change to {staged[0]!r}, a protected path (or the way to"
+            " one); look at `git diff --cached` on the host"
         )
-    changed = _git_in(checkout, "diff-files", "--name-only", "--", *protected)
-    if changed.strip():
-        return f"{changed.split()[0]!r}, a protected path, differs from HEAD; run it on the host"
+    changed = _touching(
+        _git_in(checkout, "diff-files", "--name-only", "-z", "--", *specs), protected
+    )
+    if changed:
+        return f"{changed[0]!r}, a protected path (or the way to one), differs from HEAD"
     return None
 
 
@@ -383,12 +414,15 @@ def _revision_problem(
             for (tree, kind), (_, word) in zip(peeled, peel, strict=False)
             if kind == "tree"
         }
+    specs = protected_pathspecs(protected)
     for tree, word in trees.items():
-        changed = _git_in(checkout, "diff-tree", "-r", "--name-only", base, tree, "--", *protected)
-        if changed.strip():
+        changed = _touching(
+            _git_in(checkout, "diff-tree", "-r", "--name-only", "-z", base, tree, "--", *specs),
+            protected,
+        )
+        if changed:
             return (
-                f"{word!r} changes {changed.split()[0]!r}, a protected path (the cloister"
-                " keeps it read-only); look at it, and run the command on the host if you"
-                " mean it"
+                f"{word!r} changes {changed[0]!r}, a protected path (the cloister keeps it"
+                " read-only); look at it, and run the command on the host if you mean it"
             )
     return None

@@ -49,9 +49,22 @@ def signature(paths: CloisterPaths, session: SessionRecord) -> Signature:
     return tuple(_stat(place) for place in places)
 
 
+def _displayable(value: object) -> object:
+    """*value* with every undecodable byte of a name (surrogate escapes) as ``\\xNN``: a
+    branch name is bytes, and the agent chooses it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {_displayable(key): _displayable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_displayable(item) for item in value]
+    return value
+
+
 @dataclass
 class SyncWatch:
-    """Syncs running cloisters whose refs (or the human's) changed."""
+    """Syncs running cloisters whose refs (or the human's) changed, each on its own: a
+    cloister whose export is slow holds up no other."""
 
     paths: CloisterPaths
     syncer: Syncer
@@ -59,14 +72,17 @@ class SyncWatch:
     audit: AuditLog | None = None
     _seen: dict[str, Signature] = field(default_factory=dict)
     _last: dict[str, float] = field(default_factory=dict)
+    _busy: set[str] = field(default_factory=set)
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(INTERVAL_SECONDS)
-            await self.tick()
+        async with asyncio.TaskGroup() as tasks:
+            while True:
+                await asyncio.sleep(INTERVAL_SECONDS)
+                await self.tick(tasks)
 
-    async def tick(self) -> None:
-        """One look at every running cloister; a sync of each that changed."""
+    async def tick(self, tasks: asyncio.TaskGroup | None = None) -> None:
+        """One look at every running cloister; a sync of each that changed (in *tasks*,
+        or awaited here without)."""
         sessions = await asyncio.to_thread(list_sessions, self.paths)
         running = {
             record.cloister: record for record in sessions if record.running and record.is_git
@@ -74,7 +90,10 @@ class SyncWatch:
         for gone in self._seen.keys() - running.keys():
             self._seen.pop(gone, None)
             self._last.pop(gone, None)
+        due: list[str] = []
         for name, session in running.items():
+            if name in self._busy:
+                continue  # its last sync is still running
             now = signature(self.paths, session)
             if self._seen.get(name) == now:
                 continue
@@ -82,7 +101,15 @@ class SyncWatch:
                 continue  # the next tick
             self._seen[name] = now
             self._last[name] = time.monotonic()
-            await self._sync(name)
+            self._busy.add(name)
+            due.append(name)
+        if tasks is not None:
+            for name in due:
+                tasks.create_task(self._sync(name))
+            return
+        async with asyncio.TaskGroup() as group:
+            for name in due:
+                group.create_task(self._sync(name))
 
     async def _sync(self, name: str) -> None:
         try:
@@ -94,6 +121,8 @@ class SyncWatch:
             # exception out of it would stop the daemon, and hostexec with it
             self._write(name, "git.sync.failed", error=f"{type(error).__name__}: {error}")
             return
+        finally:
+            self._busy.discard(name)
         if outcome.changed or outcome.notes:
             self._write(
                 name,
@@ -107,7 +136,11 @@ class SyncWatch:
             )
 
     def _write(self, name: str, event: str, **fields: object) -> None:
-        if self.audit is not None:
-            self.audit.write(event, cloister=name, **fields)
-        else:
-            self.report(f"{event} {name}: {fields}")
+        shown = {key: _displayable(value) for key, value in fields.items()}
+        try:
+            if self.audit is not None:
+                self.audit.write(event, cloister=name, **shown)
+            else:
+                self.report(f"{event} {name}: {shown}")
+        except Exception as error:  # a line lost must not stop the daemon
+            self.report(f"cannot write the {event} line of {name}: {error}")

@@ -21,30 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloister_cli import git
-
-_DRIVER_KEYS = (".clean", ".smudge", ".process")
-# `git config` arguments that list the filter drivers' keys (for :func:`filters_off`).
-FILTER_QUERY = ("config", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$")
-
-
-def filters_off(listed: str) -> dict[str, str]:
-    """Variables that switch off every filter driver *listed* (:data:`FILTER_QUERY`'s
-    output) names."""
-    drivers = sorted(
-        {
-            key.removeprefix("filter.").rsplit(".", 1)[0]
-            for key in listed.splitlines()
-            if key.startswith("filter.") and key.endswith(_DRIVER_KEYS)
-        }
-    )
-    off = (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false"))
-    pairs = [(f"filter.{driver}.{name}", value) for driver in drivers for name, value in off]
-    # GIT_CONFIG_COUNT takes any key as it is (a driver's name may hold "=" or quotes).
-    env = {"GIT_CONFIG_COUNT": str(len(pairs))}
-    for number, (key, value) in enumerate(pairs):
-        env[f"GIT_CONFIG_KEY_{number}"] = key
-        env[f"GIT_CONFIG_VALUE_{number}"] = value
-    return env
+from cloister_core.gitsafety import FILTER_QUERY, filters_off
 
 
 @dataclass(frozen=True, slots=True)
