@@ -238,9 +238,10 @@ def test_claude_code_runs_unattended_and_never_holds_the_key(stack: Stack) -> No
         # made in the cloister's own git directory, comes back and fast-forwards main.
         assert (repository / MADE_FILE).read_text() == "cloister\n"
         cli.ok("sync", name, cwd=repository)
-        assert git(repository, "log", "-1", "--format=%s", "main").strip() == "made by the agent"
-        assert git(repository, "rev-parse", f"refs/cloister/{name}/main") == git(
-            repository, "rev-parse", "main"
+        branch = git(repository, "symbolic-ref", "--short", "HEAD")
+        assert git(repository, "log", "-1", "--format=%s").strip() == "made by the agent"
+        assert git(repository, "rev-parse", f"refs/cloister/{name}/{branch}") == git(
+            repository, "rev-parse", "HEAD"
         )
         assert git(repository, "status", "--porcelain") == ""
         messages = stack.requests("/v1/messages")[before:]

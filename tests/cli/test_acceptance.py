@@ -280,9 +280,11 @@ def test_worktree_of_a_new_branch(cli: CloisterCli, cloisters: Cloisters, tmp_pa
 
     worktree = cli.worktree(project, "feature-x")
     assert worktree.is_dir()
-    assert git(worktree, "rev-parse", "--abbrev-ref", "HEAD") == "feature/x"
+    # No repository on the host: its .git names the cloister's own git directory, which
+    # exists only inside (the human's git there is told so, and reads nothing).
+    assert (worktree / ".git").read_text(encoding="utf-8") == "gitdir: /opt/cloister/git\n"
     assert git(repo, "rev-parse", "feature/x") == head  # new, from HEAD
-    assert str(worktree) in git(repo, "worktree", "list")
+    assert str(worktree) not in git(repo, "worktree", "list")
     listed = cli.listing()[name]
     assert listed["path"] == str(worktree)
     assert listed["branch"] == "feature/x"
@@ -295,9 +297,13 @@ def test_worktree_of_a_new_branch(cli: CloisterCli, cloisters: Cloisters, tmp_pa
         "echo 'made inside' > inside.txt && git add inside.txt"
         " && git commit --quiet -m 'commit made inside the cloister'",
     )
+    cli.ok("sync", name)  # the watch does it too, within seconds
     assert git(repo, "log", "--format=%s", "-1", "feature/x") == "commit made inside the cloister"
     assert git(repo, "show", "feature/x:inside.txt") == "made inside"
     assert git(repo, "rev-parse", "HEAD") == head  # the main checkout did not move
+    assert git(repo, "rev-parse", f"refs/cloister/{name}/feature/x") == git(
+        repo, "rev-parse", "feature/x"
+    )
 
     def entry() -> dict[str, Any]:
         listed = cli.json("worktree", "list", "--json")
@@ -325,7 +331,6 @@ def test_worktree_of_a_new_branch(cli: CloisterCli, cloisters: Cloisters, tmp_pa
     removed = cli.ok("worktree", "remove", project, "feature/x", "-f")
     assert str(worktree) in removed.stdout
     assert not worktree.exists()
-    assert str(worktree) not in git(repo, "worktree", "list")
     assert git(repo, "log", "--format=%s", "-1", "feature/x") == "commit made inside the cloister"
 
 
@@ -345,9 +350,10 @@ def test_worktree_of_an_existing_branch(
     name = f"{project}-existing"
     cloisters.start(repo, name, "-b", "existing")
     worktree = cli.worktree(project, "existing")
-    assert git(worktree, "rev-parse", "HEAD") == tip
-    assert git(worktree, "rev-parse", "--abbrev-ref", "HEAD") == "existing"
+    assert exec_ok(name, "git rev-parse HEAD").stdout.strip() == tip
+    assert exec_ok(name, "git rev-parse --abbrev-ref HEAD").stdout.strip() == "existing"
     assert exec_ok(name, "cat existing.txt").stdout == "on the branch\n"
+    assert (worktree / "existing.txt").read_text(encoding="utf-8") == "on the branch\n"
     assert "On branch existing" in exec_ok(name, "git status").stdout
 
     cli.ok("stop", name)
@@ -454,19 +460,14 @@ def test_container_is_hardened_as_configured(
     assert set(document["NetworkSettings"]["Networks"]) == {"cloister-net"}
 
     root = repo.resolve()
-    gitdir = root / ".git"
+    own = cli.data_dir / "gitdirs" / name  # the cloister's own git directory, never yours
     assert mounts_by_target(document) == {
         "/work": (str(root), True),
-        # Its own mount: a mount point cannot be renamed away and replaced.
-        "/work/.git": (str(gitdir), True),
-        "/work/.git/hooks": (str(gitdir / "hooks"), False),
-        "/work/.git/config": (str(gitdir / "config"), False),
-        "/work/.git/commondir": (str(gitdir / "commondir"), False),
-        "/work/.git/remotes": (str(gitdir / "remotes"), False),
-        "/work/.git/branches": (str(gitdir / "branches"), False),
-        "/work/.git/worktrees": (str(gitdir / "worktrees"), False),
-        "/work/.git/modules": (str(gitdir / "modules"), False),
-        "/work/.gitmodules": (str(repo.resolve() / ".gitmodules"), False),
+        "/work/.git": (str(own), True),
+        "/work/.git/hooks": (str(own / "hooks"), False),
+        "/work/.git/config": (str(own / "config"), False),
+        # your objects, read-only (its alternates name them)
+        "/opt/cloister/origin/objects": (str(root / ".git" / "objects"), False),
         # The protected paths (the defaults; missing here: empty stand-ins), and the
         # directory on the way to one, a mount point of its own.
         **{f"/work/{path}": (str(root / path), False) for path in DEFAULT_PROTECTED_PATHS},
@@ -571,8 +572,8 @@ def test_git_hooks_and_config_are_read_only(
 
     attempts = {
         project: [".git/hooks/pre-commit", ".git/config"],
-        # The worktree's .git is a file; its repository is mounted at its host path.
-        branch_name: [f"{gitdir}/hooks/pre-commit", f"{gitdir}/config"],
+        # The worktree's .git is a read-only file naming its own git directory.
+        branch_name: [".git", "/opt/cloister/git/hooks/pre-commit", "/opt/cloister/git/config"],
     }
     for name, targets in attempts.items():
         for target in targets:
@@ -586,17 +587,15 @@ def test_git_hooks_and_config_are_read_only(
             f" && git commit --quiet -m 'normal commit in {name}'",
         )
     assert not (gitdir / "hooks" / "pre-commit").exists()
-    assert git(repo, "log", "--format=%s", "-1") == f"normal commit in {project}"
-    assert git(repo, "log", "--format=%s", "-1", "side") == f"normal commit in {branch_name}"
-
-    # Stopped, the cloisters leave nothing behind in the repository's git directory
-    # (beyond what git itself made for the worktree).
+    # Stopped, their commits come back (the checked-out branch and the worktree's
+    # fast-forward), and they leave nothing in your git directory but the agent's refs.
     cli.ok("stop", project)
     cli.ok("stop", branch_name)
+    assert git(repo, "log", "--format=%s", "-1") == f"normal commit in {project}"
+    assert git(repo, "log", "--format=%s", "-1", "side") == f"normal commit in {branch_name}"
     left = {path.name for path in gitdir.iterdir()} - entries_before
-    assert left <= {"worktrees"}, left
-    # The git guard the cloisters added to the config is gone with them, to the byte.
-    assert (gitdir / "config").read_bytes() == config_before
+    assert left <= {"ORIG_HEAD", "logs", "packed-refs"}, left
+    assert (gitdir / "config").read_bytes() == config_before  # to the byte
     assert git(repo, "status", "--porcelain") == ""
 
 

@@ -91,12 +91,18 @@ def default_image(
 
 
 def project(cli: CloisterCli, prefix: str) -> tuple[Path, str]:
-    """A repository whose pre-commit hook (read-only inside) leaves /tmp/hook-ran."""
+    """A repository whose pre-commit hook leaves /tmp/hook-ran: the project's own, in the
+    work tree (``core.hooksPath``), which the agent's commits go through (read-only
+    inside); hooks in the human's ``.git/hooks`` stay the human's."""
     name = unique(prefix)
     repo = make_repo(cli.root / name)
-    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook = repo / ".githooks" / "pre-commit"
+    hook.parent.mkdir()
     hook.write_text("#!/bin/sh\necho ran >> /tmp/hook-ran\n", encoding="utf-8")
     hook.chmod(0o755)
+    git(repo, "add", ".githooks")
+    git(repo, "commit", "-q", "-m", "the project's hooks")
+    git(repo, "config", "core.hooksPath", ".githooks")
     return repo, name
 
 
@@ -113,6 +119,11 @@ def stop(cli: CloisterCli, name: str) -> None:
 def login(script: str) -> str:
     """*script* in a login shell (``bash -lc``), as exec_in runs it."""
     return f"bash -lc {shlex.quote(script)}"
+
+
+def inside(name: str, *args: str) -> str:
+    """git in the cloister (its own git directory): its output, stripped."""
+    return exec_ok(name, shlex.join(["/usr/bin/git", *args])).stdout.strip()
 
 
 def assert_refused(name: str, script: str, command: str, why: str) -> None:
@@ -140,7 +151,7 @@ def test_no_verify_and_force_push_are_refused_a_normal_commit_works(
             assert found[0].startswith("/opt/cloister/bin:"), found
             assert found[1] == "/opt/cloister/bin/git", found
         exec_ok(name, SET_UP_REMOTE)
-        head = git(repo, "rev-parse", "HEAD")
+        head = inside(name, "rev-parse", "HEAD")
         (repo / "README.md").write_text("changed by the agent\n", encoding="utf-8")
 
         skip = "commit -a --no-verify -m 'skip the checks'"
@@ -153,22 +164,24 @@ def test_no_verify_and_force_push_are_refused_a_normal_commit_works(
         assert_refused(name, f"git {force}", force, rewrites)
         assert_refused(name, login(f"git {force}"), force, rewrites)
         assert_refused(name, f"git push {REMOTE} +HEAD:main", f"push {REMOTE} +HEAD:main", rewrites)
-        assert git(repo, "rev-parse", "HEAD") == head
+        assert inside(name, "rev-parse", "HEAD") == head
         assert exec_in(name, "test -e /tmp/hook-ran").returncode == 1  # no hook ran
 
         exec_ok(name, "git commit -q -a -m 'a normal commit'")
+        assert inside(name, "log", "-1", "--format=%s") == "a normal commit"
+        assert inside(name, "rev-parse", "HEAD~1") == head
+        cli.ok("sync", name)  # and it comes back to the human's repository
         assert git(repo, "log", "-1", "--format=%s") == "a normal commit"
-        assert git(repo, "rev-parse", "HEAD~1") == head
         assert exec_ok(name, "cat /tmp/hook-ran").stdout == "ran\n"  # the checks ran
         exec_ok(name, login(f"git push -q {REMOTE} HEAD:main"))
         remote = exec_ok(name, f"git --git-dir={REMOTE} rev-parse main").stdout.strip()
-        assert remote == git(repo, "rev-parse", "HEAD")
+        assert remote == inside(name, "rev-parse", "HEAD")
 
         # The wrapper cannot be changed from inside; the real git, named, is not guarded
         # (a guard against accidents, not a boundary: the README says so).
         assert exec_in(name, "echo exit 0 > /opt/cloister/bin/git").returncode != 0
         exec_ok(name, "/usr/bin/git commit -q --allow-empty -n -m named")
-        assert git(repo, "log", "-1", "--format=%s") == "named"
+        assert inside(name, "log", "-1", "--format=%s") == "named"
     finally:
         stop(cli, name)
 
@@ -193,7 +206,7 @@ def test_a_devcontainers_image_and_path(cli: CloisterCli) -> None:
         hooks = "skipping the hooks skips the project's checks (fix what they report instead)"
         assert_refused(name, login(f"git {skip}"), skip, hooks)
         exec_ok(name, "git commit -q --allow-empty -m fine")
-        assert git(repo, "log", "-1", "--format=%s") == "fine"
+        assert inside(name, "log", "-1", "--format=%s") == "fine"
     finally:
         stop(cli, name)
 
@@ -206,6 +219,6 @@ def test_off_for_a_project_leaves_git_alone(cli: CloisterCli) -> None:
         assert exec_ok(name, "command -v git").stdout.strip() == "/usr/bin/git"
         assert exec_in(name, "test -e /opt/cloister/bin").returncode == 1
         exec_ok(name, "git commit -q --allow-empty --no-verify -m unguarded")
-        assert git(repo, "log", "-1", "--format=%s") == "unguarded"
+        assert inside(name, "log", "-1", "--format=%s") == "unguarded"
     finally:
         stop(cli, name)

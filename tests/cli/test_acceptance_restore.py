@@ -82,7 +82,12 @@ def with_history(repo: Path) -> dict[str, str]:
 def state(repo: Path, *, partial: bool = False) -> dict[str, str]:
     return {
         "log": git(repo, "log", "--all", "--format=%H %s"),
-        "refs": git(repo, "for-each-ref", "--format=%(objectname) %(refname)"),
+        # the human's refs (the agent's come back under refs/cloister/ and stay)
+        "refs": "\n".join(
+            line
+            for line in git(repo, "for-each-ref", "--format=%(objectname) %(refname)").splitlines()
+            if " refs/cloister/" not in line
+        ),
         "head": git(repo, "symbolic-ref", "HEAD"),
         "staged": git(repo, "diff", "--cached"),
         "unstaged": git(repo, "diff"),
@@ -136,8 +141,9 @@ def test_reset_hard_and_gc_prune_now_inside_are_restored(
     # branch comes back beside it (not a fast-forward: it went backwards).
     assert "commit 4" in git(repo, "log", "--all", "--format=%s")
     cli.ok("stop", name)
+    branch = git(repo, "symbolic-ref", "--short", "HEAD")
     agent_refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/cloister/{name}/")
-    assert f"refs/cloister/{name}/main" in agent_refs.split()
+    assert f"refs/cloister/{name}/{branch}" in agent_refs.split()
     assert state(repo)["log"].splitlines()[0] in git(repo, "log", "--all", "--format=%H %s")
     cli.ok("restore", name)
     after = state(repo)
@@ -171,7 +177,8 @@ def test_gc_cleans_up_after_a_cloister_whose_stop_was_killed(
     assert f"cleaned up after cloister {name}" in cleaned.stdout, cleaned.describe()
     assert not token.exists()
     assert not own.exists()  # synced, then removed
-    assert "late" in git(repo, "log", "--format=%s", f"refs/cloister/{name}/main")
+    branch = git(repo, "symbolic-ref", "--short", "HEAD")
+    assert "late" in git(repo, "log", "--format=%s", f"refs/cloister/{name}/{branch}")
     left = {path.name for path in repo.iterdir()}
     assert left <= placeholders_before
     assert left == {".git", "README.md", "late.txt"}  # every empty stand-in is gone
