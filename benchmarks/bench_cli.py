@@ -7,15 +7,15 @@ the local Docker engine. Measured, as wall time from launching the command:
 * ``guardian start``: the service images present, the stack and the executor down
   (``cloister guardian stop`` between runs, not timed). Target: at most 15 s.
 * ``start -d``: the guardian up, the image present, until a command can be executed
-  in the cloister: ``cloister start -d`` returns, then ``docker exec cloister-<name>
-  true`` is retried until it succeeds. ``cloister stop`` between runs (timed on its
-  own). Target: median at most 1.5 s. Reported with its parts: the CLI until it
-  returned, and the first successful exec.
+  in the cloister: ``cloister start -d`` returns, then ``docker exec
+  cloister-<instance>-<name> true`` is retried until it succeeds. ``cloister stop``
+  between runs (timed on its own). Target: median at most 1.5 s. Reported with its
+  parts: the CLI until it returned, and the first successful exec.
 * ``--version``: the CLI's Python start-up (imports included), i.e. the part of every
   command that is not its work.
 
-The guardian is machine-wide (compose project ``cloister-guardian``, UI on
-127.0.0.1:9999): do not run this while a guardian or the acceptance tests run. Images
+The guardian is the temporary data directory's own (an instance: ``cloister-<id>-...``),
+but its UI is on 127.0.0.1:9999: stop a guardian of yours that publishes it first. Images
 missing at the start are built by the warm-up (not timed). Everything the benchmark
 started is stopped at the end; the images stay.
 
@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchsupport import BenchError, executable, summary
+from benchsupport import BenchError, executable, free_port, remove_networks, summary
+from cloister_core.paths import CloisterPaths
+from cloister_core.stack import Instance
 
 GUARDIAN_TARGET_SECONDS = 15.0
 START_TARGET_SECONDS = 1.5
@@ -62,6 +64,14 @@ class Cli:
             "CLOISTER_CONFIG_DIR": str(self.root / "config"),
             "CLOISTER_DATA_DIR": str(self.root / "data"),
         }
+
+    @property
+    def instance(self) -> Instance:
+        paths = CloisterPaths(self.root / "config", self.root / "data")
+        return Instance.of(paths, os.getuid())
+
+    def container(self, name: str) -> str:
+        return self.instance.cloister(name)
 
     def run(
         self,
@@ -129,7 +139,7 @@ def bench_guardian_start(cli: Cli, runs: int) -> dict[str, Any]:
 
 
 def bench_cloister_start(cli: Cli, repo: Path, name: str, runs: int) -> dict[str, Any]:
-    container = f"cloister-{name}"
+    container = cli.container(name)
     totals: list[float] = []
     commands: list[float] = []
     execs: list[float] = []
@@ -181,7 +191,8 @@ def cleanup(cli: Cli, name: str) -> list[str]:
             cli.run(*args, check=False)
         except (OSError, subprocess.SubprocessError) as error:
             problems.append(f"cloister {' '.join(args)}: {error}")
-    subprocess.run([cli.docker, "rm", "-f", f"cloister-{name}"], capture_output=True, check=False)
+    subprocess.run([cli.docker, "rm", "-f", cli.container(name)], capture_output=True, check=False)
+    remove_networks(cli.docker, cli.instance.label_filter)
     return problems
 
 
@@ -227,7 +238,8 @@ def main() -> None:
         root = Path(scratch)
         (root / "config").mkdir()
         (root / "config" / "config.yaml").write_text(
-            f"defaults:\n  image: {options.image}\n", encoding="utf-8"
+            f"defaults:\n  image: {options.image}\nguardian:\n  ui_port: {free_port()}\n",
+            encoding="utf-8",
         )
         name = f"bench-{secrets.token_hex(3)}"
         repo = root / name

@@ -563,7 +563,9 @@ class Setup:
             "agents:\n"
             f'  claude: {{api_base: "http://127.0.0.1:{port}"}}\n'
         )
-        record = TokenRecord.create(cloister="bench", project="bench", path=self.scratch / "p")
+        record = TokenRecord.create(
+            cloister="bench", project="bench", path=self.scratch / "p", address="127.0.0.1"
+        )
         write_token_file(self.paths.tokens_dir, record)
         self.token = record.secret
         store(self.paths, "claude", "api-key", REAL_KEY)
@@ -587,6 +589,7 @@ def service(
         str(setup.paths.data_dir),
         "--listen",
         f"127.0.0.1:{port}",
+        "--no-refuse-own-networks",  # the fake vendor runs on loopback, beside them
     ]
     if options.audit:
         argv += ["--audit-log", str(setup.scratch / f"audit-{name}.log")]

@@ -889,7 +889,7 @@ def cloister_proxy(
     for index in range(options.tokens):
         record = TokenRecord.create(
             cloister=f"bench-{index + 1}", project="bench", path=workdir / "project"
-        )
+        ).bound_to("127.0.0.1")  # the services take a token only from its own address
         write_token_file(config / "tokens", record)
         tokens.append(record.secret)
     port = _free_port()
@@ -903,6 +903,7 @@ def cloister_proxy(
         str(data),
         "--listen",
         f"127.0.0.1:{port}",
+        "--no-refuse-own-networks",  # the upstreams run on loopback, beside the proxy
     ]
     if options.audit:
         argv += ["--audit-log", str(data / "audit.log")]

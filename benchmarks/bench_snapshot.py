@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_cli import Cli, bench_cloister_start, cleanup
-from benchsupport import executable
+from benchsupport import executable, free_port
 from cloister_cli.snapshots import Target, take
 from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
@@ -145,6 +145,8 @@ defaults:
   memory: 1g
 snapshots:
   enabled: {enabled}
+guardian:
+  ui_port: {ui_port}
 """
 
 
@@ -153,7 +155,8 @@ def measure_cli(root: Path, repository: Path, runs: int) -> dict[str, Any]:
     cli = Cli(root / "cli", executable("cloister"), executable("docker"))
     config = cli.root / "config" / "config.yaml"
     config.parent.mkdir(parents=True)
-    config.write_text(CLI_CONFIG.format(enabled="true"), encoding="utf-8")
+    ui_port = free_port()
+    config.write_text(CLI_CONFIG.format(enabled="true", ui_port=ui_port), encoding="utf-8")
     try:
         cli.run("guardian", "start", timeout=1800)
         cli.run("start", "-d", cwd=repository)  # warm-up: images, the pool's first fill
@@ -161,7 +164,9 @@ def measure_cli(root: Path, repository: Path, runs: int) -> dict[str, Any]:
         timings: dict[str, list[float]] = {"true": [], "false": []}
         for _ in range(runs):  # alternated, so that a busy moment costs both alike
             for enabled, found in timings.items():
-                config.write_text(CLI_CONFIG.format(enabled=enabled), encoding="utf-8")
+                config.write_text(
+                    CLI_CONFIG.format(enabled=enabled, ui_port=ui_port), encoding="utf-8"
+                )
                 found.extend(bench_cloister_start(cli, repository, "repo", 1)["seconds"])
     finally:
         cleanup(cli, "repo")

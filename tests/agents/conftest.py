@@ -13,10 +13,10 @@ from cloister_cli.workspace import find_workspace
 from tests.agents.agent_images import (
     DEFAULT_BASE,
     AgentVersions,
-    agents_image,
     fakeapi_image,
     pinned_versions,
 )
+from tests.agents.agent_images import agents_image as build_agents_image
 from tests.conftest import SkipOrFail
 
 
@@ -45,14 +45,19 @@ def base_image(docker_client: docker.DockerClient, tmp_path_factory: pytest.Temp
 
 
 @pytest.fixture(scope="module")
-def images(
+def agents_image(
     docker_client: docker.DockerClient,
     base_image: str,
     versions: AgentVersions,
     skip_or_fail: SkipOrFail,
-) -> tuple[str, str]:
-    """The fake API's image and the agents' image (built only when their inputs changed)."""
-    return (
-        fakeapi_image(docker_client),
-        agents_image(docker_client, base_image, versions=versions, unavailable=skip_or_fail),
+) -> str:
+    """The agents' image (built only when its inputs changed)."""
+    return build_agents_image(
+        docker_client, base_image, versions=versions, unavailable=skip_or_fail
     )
+
+
+@pytest.fixture(scope="module")
+def images(docker_client: docker.DockerClient, agents_image: str) -> tuple[str, str]:
+    """The fake API's image (built only when ``fakeapi.py`` changed) and the agents'."""
+    return fakeapi_image(docker_client), agents_image

@@ -1,8 +1,9 @@
 """Fake model APIs, so the real agent CLIs can run a scripted turn without a real model.
 
 Standard library only: the ``cloister-fakeapi`` image runs this file with Debian's
-python3 (``python3 fakeapi.py --port 8080 --log /log/requests.jsonl``), and the unit
-tests import it and serve it from a thread. Three APIs, each as the CLIs use them:
+python3 (``python3 fakeapi.py --port 8080 --log /log/requests.jsonl``), and the tests
+import it and serve it from a thread (the cloister tests, on the host's address on
+Docker's default bridge). Three APIs, each as the CLIs use them:
 
 * Anthropic's Messages API (Claude Code): ``POST /v1/messages`` (Claude Code adds
   ``?beta=true``), streamed as server-sent events framed exactly as the real API frames

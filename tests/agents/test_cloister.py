@@ -1,10 +1,12 @@
 """Issue 10 acceptance: the real agent CLIs in real cloisters, logged in by the gateway.
 
 Driven as a person drives it: ``cloister setup`` with the key on stdin, ``cloister
-start -d --agent …``, ``cloister exec NAME -- claude -p …``. The model API is a fake on
-the guardian's egress network, where an outside service would be: the credential
-gateway forwards to it (``agents.<name>.api_base``, its address allowed by
-``proxy.allow_private_networks``, the guard the gateway shares with the proxy). The
+start -d --agent …``, ``cloister exec NAME -- claude -p …``. The model API is a fake
+served by this process on the host's address on Docker's default bridge, where an
+outside service would be (never one of the guardian's own networks, which the gateway
+refuses): the credential gateway forwards to it (``agents.<name>.api_base``, its
+address allowed by ``proxy.allow_private_networks``, the guard the gateway shares with
+the proxy). The
 human's home is a fake one full of history, transcripts, logins and hooks marked
 ``LEAK``. Every check of "the key is nowhere" looks where a leak would be: every
 process environment and every file in the cloister, ``docker inspect`` of the cloister
@@ -26,23 +28,18 @@ from pathlib import Path
 from typing import Any
 
 import docker
-import docker.errors
 import pytest
-from docker.models.containers import Container
 
-from tests.agents.agent_images import (
-    FAKEAPI_ALIAS,
-    FAKEAPI_PORT,
-    LABELS,
-    AgentVersions,
-    fakeapi_requests,
-)
+from tests.agents.agent_images import AgentVersions
+from tests.agents.fakeapi import FakeApiServer, serving
 from tests.cli.agents.hosthome import SECRET, make_host_home
 from tests.cli.cli_support import (
     CloisterCli,
     Result,
+    container,
     docker_executable,
     exec_in,
+    free_port,
     git,
     guardian,
     make_repo,
@@ -65,33 +62,41 @@ AGENT_COMMAND = (
     f"echo cloister > /work/{MADE_FILE} && cd /work"
     f" && git add {MADE_FILE} && git commit -q -m 'made by the agent'"
 )
-FAKE_API = f"http://{FAKEAPI_ALIAS}:{FAKEAPI_PORT}"
 RUN_TIMEOUT = 300.0
 
 
 @dataclass
 class Stack:
     cli: CloisterCli
-    fakeapi: Container
+    fakeapi: FakeApiServer
     home: Path
     image: str
 
     def requests(self, prefix: str) -> list[dict[str, Any]]:
         return [
-            entry for entry in fakeapi_requests(self.fakeapi) if entry["path"].startswith(prefix)
+            entry for entry in self.fakeapi.app.log.entries() if entry["path"].startswith(prefix)
         ]
 
 
-def config(image: str, allowed: str = "") -> str:
-    private = f"proxy:\n  allow_private_networks: [{allowed}]\n" if allowed else ""
+def bridge_gateway(client: docker.DockerClient) -> str:
+    """The host's address on Docker's default bridge: where the guardian reaches this
+    process (not one of the guardian's own networks, which are never an upstream)."""
+    config = client.networks.get("bridge").attrs["IPAM"]["Config"]
+    address: str = config[0]["Gateway"]
+    return address
+
+
+def config(image: str, host: str, port: int) -> str:
+    base = f"http://{host}:{port}"
     return (
         "# Written by tests/agents/test_cloister.py\n"
         f"defaults:\n  image: {image}\n  memory: 2g\n"
-        f"{private}"
+        f"guardian:\n  ui_port: {free_port()}\n"
+        f"proxy:\n  allow_private_networks: ['{host}/32']\n"
         "agents:\n"
-        f"  claude: {{api_base: '{FAKE_API}'}}\n"
-        f"  codex: {{api_base: '{FAKE_API}'}}\n"
-        f"  gemini: {{api_base: '{FAKE_API}'}}\n"
+        f"  claude: {{api_base: '{base}'}}\n"
+        f"  codex: {{api_base: '{base}'}}\n"
+        f"  gemini: {{api_base: '{base}'}}\n"
     )
 
 
@@ -100,32 +105,16 @@ def stack(
     docker_client: docker.DockerClient,
     tmp_path_factory: pytest.TempPathFactory,
     skip_or_fail: SkipOrFail,
-    images: tuple[str, str],
+    agents_image: str,
 ) -> Iterator[Stack]:
-    """The guardian, the fake API on its egress network, and a human's home."""
-    fakeapi_image, agents_image = images
+    """The fake API in this process, a guardian that forwards to it, and a human's home."""
     root = tmp_path_factory.mktemp("cloister-agents")
     home = make_host_home(root / "home")
-    with guardian(docker_client, root, config(agents_image), skip_or_fail, home=home) as cli:
-        egress = "cloister-egress"
-        fake = docker_client.containers.run(
-            fakeapi_image,
-            detach=True,
-            name=f"cloister-test-fakeapi-{secrets.token_hex(4)}",
-            labels=LABELS,
-            environment={"FAKEAPI_BASH_COMMAND": AGENT_COMMAND},
-            network=egress,
-            networking_config={
-                egress: docker_client.api.create_endpoint_config(aliases=[FAKEAPI_ALIAS])
-            },
-        )
-        try:
-            fake.reload()
-            address = fake.attrs["NetworkSettings"]["Networks"][egress]["IPAddress"]
-            cli.write_config(config(agents_image, f"{address}/32"))
+    host = bridge_gateway(docker_client)
+    with serving(host=host, bash_command=AGENT_COMMAND) as fake:
+        text = config(agents_image, host, fake.port)
+        with guardian(docker_client, root, text, skip_or_fail, home=home) as cli:
             yield Stack(cli, fake, home, agents_image)
-        finally:
-            fake.remove(force=True)
 
 
 def setup_key(cli: CloisterCli, agent: str, key: str) -> None:
@@ -151,6 +140,9 @@ def start(stack: Stack, project: str, agent: str) -> tuple[Path, str]:
     return repository, project
 
 
+SERVICES = ("proxy", "approval", "gateway", "credentials")
+
+
 def stop(stack: Stack, name: str) -> None:
     stack.cli.run("stop", name)
     remove_containers([name])
@@ -165,13 +157,13 @@ def no_key_anywhere(stack: Stack, name: str, keys: list[str]) -> None:
     assert "CLOISTER_TOKEN=" in environments.stdout  # it did read them
     docker_cli = docker_executable()
     inspected = subprocess.run(
-        [docker_cli, "inspect", f"cloister-{name}"], capture_output=True, text=True, check=True
+        [docker_cli, "inspect", container(name)], capture_output=True, text=True, check=True
     ).stdout
     guardian_inspect = subprocess.run(
         [
             docker_cli,
             "inspect",
-            *(f"cloister-guardian-{s}" for s in ("proxy", "approval", "gateway", "credentials")),
+            *(stack.cli.instance.service(s) for s in SERVICES),
         ],
         capture_output=True,
         text=True,
@@ -179,14 +171,8 @@ def no_key_anywhere(stack: Stack, name: str, keys: list[str]) -> None:
     ).stdout
     client = docker.from_env()
     logs = "".join(
-        logs_of(client.containers.get(container))
-        for container in (
-            f"cloister-{name}",
-            "cloister-guardian-proxy",
-            "cloister-guardian-approval",
-            "cloister-guardian-gateway",
-            "cloister-guardian-credentials",
-        )
+        logs_of(client.containers.get(each))
+        for each in (container(name), *(stack.cli.instance.service(s) for s in SERVICES))
     )
     audit = (stack.cli.data_dir / "audit.log").read_text(encoding="utf-8")
     guardian_logs = stack.cli.run("guardian", "logs", "--tail", "500").output

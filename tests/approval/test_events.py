@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.approval.conftest import SERVICE_HEADERS, Background, LiveHub
+from cloister_core.hubauth import mint_ticket, revoke_sessions
+from tests.approval.conftest import HUB_SECRET, SERVICE_HEADERS, Background, LiveHub
 
 
 def events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -64,3 +67,36 @@ def test_slow_subscribers_are_dropped_not_buffered() -> None:
             broadcaster.publish(Event("x", {"i": index}))
         assert broadcaster.subscribers == 0
         assert queue.qsize() == QUEUE_LIMIT
+
+
+def test_a_browser_session_reads_the_stream_until_it_is_logged_out(tmp_path: Path) -> None:
+    sessions = tmp_path / "hub-sessions"
+    hub = LiveHub(tmp_path, hub_sessions_dir=sessions)
+    try:
+        ticket = mint_ticket(HUB_SECRET, now=time.time())
+        login = httpx.post(f"{hub.url}/api/v1/login", json={"ticket": ticket}, timeout=10)
+        browser = {"Authorization": f"Bearer {login.json()['token']}"}
+        with (
+            httpx.Client(base_url=hub.url, headers=browser, timeout=10) as client,
+            client.stream("GET", "/api/v1/events") as stream,
+        ):
+            received = events(stream)
+            assert next(received) == ("hello", {"pending": 0})
+            revoke_sessions(sessions, now=time.time())
+            # The next event is not delivered: the stream ends instead.
+            waiting = Background(
+                lambda: httpx.post(
+                    f"{hub.url}/api/v1/service/domains",
+                    json={"cloister": "c", "project": "p", "host": "after.example", "port": 443,
+                          "wait_seconds": 0.5},
+                    headers=SERVICE_HEADERS,
+                    timeout=10,
+                )
+            )  # fmt: skip
+            assert list(received) == []
+            assert waiting.join().json()["action"] == "timeout"
+            again = client.get("/api/v1/events")
+            assert again.status_code == 401
+            assert "logged out" in again.json()["detail"]
+    finally:
+        hub.stop()

@@ -46,9 +46,11 @@ def test_the_policy_is_the_expected_one() -> None:
         ("GET", "/api/v1/openapi.json", HUMAN_HEADERS, 200),
         ("GET", "/static/app.js", HUMAN_HEADERS, 200),
         ("GET", "/api/v1/health", {}, 200),
-        ("GET", "/", {}, 401),
+        ("GET", "/", {}, 200),  # the shell: no data
         ("GET", "/api/v1/pending", {}, 401),
-        ("GET", "/login?ticket=bad", {}, 401),
+        ("GET", "/fragments/pending", {}, 401),
+        ("GET", "/login?ticket=bad", {}, 200),  # the shell; its script trades the ticket
+        ("POST", "/api/v1/login", {}, 400),
         ("GET", "/", {"Host": "evil.example", **HUMAN_HEADERS}, 403),
         (
             "POST",
@@ -82,10 +84,18 @@ def test_a_crash_is_protected_too(app: Starlette) -> None:
     assert_protected(response.headers)
 
 
-def test_the_logged_in_page_is_protected(anonymous: TestClient) -> None:
-    response = anonymous.get(login_url(UI, HUB_SECRET, now=time.time()), follow_redirects=False)
+def test_the_login_page_and_the_ticket_exchange_are_protected(anonymous: TestClient) -> None:
+    url = login_url(UI, HUB_SECRET, now=time.time())
+    response = anonymous.get(url, follow_redirects=False)
     assert response.status_code == 200
     assert_protected(response.headers)
+    ticket = url.partition("ticket=")[2]
+    traded = anonymous.post("/api/v1/login", json={"ticket": ticket})
+    assert traded.status_code == 200
+    assert_protected(traded.headers)
+    refused = anonymous.post("/api/v1/login", json={"ticket": ticket})
+    assert refused.status_code == 401
+    assert_protected(refused.headers)
 
 
 INLINE = [

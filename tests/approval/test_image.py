@@ -76,11 +76,13 @@ def test_hub_container(
         assert uid.strip() == b"10001"
         url = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=url, timeout=10) as anyone:
-            # Only the human: the hub secret (or the browser's cookie), health aside.
-            refused = anyone.get("/")
+            # Only the human: the hub secret (or a browser session), health and the
+            # page's data-free shell aside.
+            refused = anyone.get("/api/v1/pending")
             assert refused.status_code == 401
             assert refused.headers["x-frame-options"] == "DENY"
-            assert anyone.get("/api/v1/pending").status_code == 401
+            assert anyone.get("/fragments/pending").status_code == 401
+            assert anyone.get("/").status_code == 200
             assert anyone.get("/api/v1/health").status_code == 200
         human = {"Authorization": f"Bearer {hub_secret}"}
         with httpx.Client(base_url=url, headers=human, timeout=10) as client:

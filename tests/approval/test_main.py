@@ -27,7 +27,7 @@ def test_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.port == 19999
     assert settings.domain_timeout.total_seconds() == 30
     assert settings.command_timeout.total_seconds() == 120
-    assert settings.public_hosts == ("hub.localhost:80", "127.0.0.1:19999", "localhost:19999")
+    assert settings.public_hosts == ("hub.localhost:80", "127.0.0.1:19999")
     assert settings.secret() == "s3cret"
     assert settings.audit_stdout is False
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
@@ -55,10 +57,19 @@ def test_security_is_described(client: TestClient) -> None:
     document = client.get("/api/v1/openapi.json").json()
     schemes = document["components"]["securitySchemes"]
     assert schemes["hub"] == {"type": "http", "scheme": "bearer", "description": "the hub secret"}
-    assert schemes["browser"]["in"] == "cookie"
+    assert schemes["browser"]["type"] == "http"  # a bearer token: no cookie at all
+    assert schemes["browser"]["scheme"] == "bearer"
+    assert paths_of(document)["/api/v1/login"]["post"]["security"] == []
     paths = document["paths"]
     assert paths["/api/v1/health"]["get"]["security"] == []
     pending = paths["/api/v1/pending"]["get"]
     assert pending["security"] == [{"hub": []}, {"browser": []}]
     assert "401" in pending["responses"]
     assert not [path for path in paths if path.startswith("/api/v1/tokens")]
+    (cloister,) = paths["/api/v1/decisions"]["get"]["parameters"]
+    assert (cloister["name"], cloister["in"]) == ("cloister", "query")
+
+
+def paths_of(document: dict[str, Any]) -> dict[str, Any]:
+    paths: dict[str, Any] = document["paths"]
+    return paths

@@ -22,24 +22,25 @@ def test_environment_and_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert settings.port == 19999
     assert settings.domain_timeout == timedelta(seconds=30)
     assert settings.command_timeout == timedelta(minutes=2)
-    assert settings.cookie_lifetime == timedelta(days=30)
+    assert settings.session_lifetime == timedelta(days=30)
+    assert settings.recent_decisions == 500
     assert settings.host == "127.0.0.1"
     assert settings.secret() == "from-the-environment"
 
 
 def test_the_own_port_is_always_a_public_host() -> None:
     settings = ApprovalSettings(port=8999)
-    assert settings.public_hosts == ("127.0.0.1:8999", "localhost:8999")
+    assert settings.public_hosts == ("127.0.0.1:8999",)  # not localhost: maybe ::1
     assert settings.url == "http://127.0.0.1:8999/"
 
 
 def test_allowed_origins_follow_public_hosts() -> None:
-    settings = ApprovalSettings(public_hosts=("LocalHost:8999", "127.0.0.1:9999"))
+    settings = ApprovalSettings(public_hosts=("Hub.Example:8999", "127.0.0.1:9999"))
     # Given ones first (the first is the URL a person is shown), then the own port's.
-    assert settings.public_hosts == ("localhost:8999", "127.0.0.1:9999", "localhost:9999")
-    assert settings.url == "http://localhost:8999/"
+    assert settings.public_hosts == ("hub.example:8999", "127.0.0.1:9999")
+    assert settings.url == "http://hub.example:8999/"
     assert settings.allowed_origins == frozenset(
-        {"http://localhost:8999", "http://127.0.0.1:9999", "http://localhost:9999"}
+        {"http://hub.example:8999", "http://127.0.0.1:9999"}
     )
 
 

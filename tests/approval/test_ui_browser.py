@@ -578,3 +578,54 @@ def test_screenshots_at_1280_and_390_light_and_dark(
         assert target.is_file()
         assert target.stat().st_size > 1000
         assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- the cloister filter, and who decided ------------------------------------------------
+
+
+def test_the_filter_shows_one_cloisters_requests_and_history(
+    page: Page, hub: RunningHub, calls: ThreadPoolExecutor
+) -> None:
+    alpha = submit_domain(calls, hub, "alpha-first.example.com", cloister="alpha")
+    beta = submit_domain(calls, hub, "beta-first.example.com", cloister="beta")
+    expect(page.locator("li.item.domain")).to_have_count(2)
+    choices = page.get_by_role("combobox", name="Show the requests and decisions of")
+    expect(choices.locator("option")).to_have_text(["all cloisters", "alpha", "beta"])
+
+    choices.select_option("beta")
+    expect(page).to_have_url(re.compile(r"/\?cloister=beta$"))
+    expect(page.locator("li.item.domain")).to_have_count(1)
+    expect(domain_item(page, "beta-first.example.com")).to_have_count(1)
+    expect(page).to_have_title("(2) Cloister approvals")  # every cloister's, still
+    expect(page.locator('[data-count="domain"]')).to_have_text("1")
+
+    # An arriving request of another cloister is not shown (but counted in the title).
+    gamma = submit_domain(calls, hub, "gamma.example.com", cloister="gamma")
+    expect(page).to_have_title("(3) Cloister approvals")
+    expect(choices.locator("option")).to_have_text(["all cloisters", "alpha", "beta", "gamma"])
+    expect(domain_item(page, "gamma.example.com")).to_have_count(0)
+
+    domain_item(page, "beta-first.example.com").get_by_role(
+        "button", name="Deny beta-first.example.com (once)"
+    ).click()
+    assert beta.result(LONG_POLL_SECONDS)["action"] == "deny"
+    with human_client(hub) as client:
+        for item in client.get("/api/v1/pending").json()["domains"]:
+            client.post(
+                f"/api/v1/domains/{item['id']}/decision", json={"action": "allow", "scope": "once"}
+            ).raise_for_status()
+    assert alpha.result(LONG_POLL_SECONDS)["action"] == "allow"
+    assert gamma.result(LONG_POLL_SECONDS)["action"] == "allow"
+    history = page.locator("#decisions li.decision")
+    expect(history).to_have_count(1)  # beta's only
+    expect(history.locator(".summary")).to_have_text("Blocked beta-first.example.com once")
+    expect(history.locator(".by")).to_have_text(re.compile(r"^by browser:[0-9a-f]{16}$"))
+
+    # A reload keeps the filter (it is in the address); "all cloisters" shows everything.
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-live", "true")
+    expect(history).to_have_count(1)
+    choices.select_option("")
+    expect(page).to_have_url(re.compile(r"/$"))
+    expect(history).to_have_count(3)
+    expect(history.locator(".by", has_text="by cli")).to_have_count(2)

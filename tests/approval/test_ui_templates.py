@@ -46,7 +46,7 @@ def test_pending_requests_are_rendered_by_cloister_with_the_project() -> None:
         command("beta", ["make", "test"], "02"),
         domain("alpha", "b.example.com", "03"),
     ]
-    html = renderer.render("_pending.html", groups=_groups(items))
+    html = renderer.render("_pending.html", groups=_groups(items), cloister=None, total=3)
     headings = re.findall(r'<span class="name">([^<]*)</span> <span class="project">([^<]*)<', html)
     assert headings == [("alpha", "project webshop"), ("beta", "project blog")]
     alpha, beta = html.split('<section class="cloister"')[1:]
@@ -54,7 +54,28 @@ def test_pending_requests_are_rendered_by_cloister_with_the_project() -> None:
     assert "make" in beta
     assert "a.example.com" not in beta
     assert "/srv/&lt;app&gt;" in beta
-    assert " data-empty hidden" in html
+    assert ' data-empty data-total="3" hidden' in html
+
+
+def test_a_filtered_empty_list_says_which_cloister() -> None:
+    html = renderer.render("_pending.html", groups=[], cloister="alpha", total=4)
+    assert "Nothing is waiting from alpha." in html
+    assert 'data-total="4"' in html
+    assert " hidden" not in html
+
+
+def test_the_filter_offers_every_cloister_and_marks_the_chosen_one() -> None:
+    html = renderer.render("_cloisters.html", names=["alpha", "b<c"], selected="alpha")
+    options = re.findall(r'<option value="([^"]*)"( selected)?>([^<]*)</option>', html)
+    assert options == [
+        ("", "", "all cloisters"),
+        ("alpha", " selected", "alpha"),
+        ("b&lt;c", "", "b&lt;c"),
+    ]
+    # A cloister no longer known (its history gone) stays chosen rather than vanishing.
+    html = renderer.render("_cloisters.html", names=["alpha"], selected="gone")
+    assert '<option value="gone" selected>gone</option>' in html
+    assert '<option value="" selected>' not in html
 
 
 def test_an_arriving_item_comes_as_its_cloister_group() -> None:
@@ -103,7 +124,16 @@ def test_decisions_are_rendered_without_backticks() -> None:
         "effective": None,
         "warning": None,
         "undoable": True,
+        "cloister": "api",
+        "decided_by": "browser:0123456789abcdef",
+        "undone_by": None,
     }
     html = renderer.render("_decision.html", decision=decision)
     assert "`" not in html
     assert 'data-undo="abc"' in html
+    assert 'data-cloister="api"' in html
+    assert ">by browser:0123456789abcdef</span>" in html
+    undone = renderer.render(
+        "_decision.html", decision=decision | {"undone": True, "undone_by": "cli"}
+    )
+    assert "by browser:0123456789abcdef, undone by cli" in undone

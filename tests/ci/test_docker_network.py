@@ -17,7 +17,7 @@ What these tests pin down (checked on Docker 20.10 as Debian ships it):
   addresses is not forwarded);
 * an ``--internal`` network created with ``com.docker.network.bridge.inhibit_ipv4``
   leaves the host unreachable ("No route to host"), while containers on it still reach
-  each other. This is how cloister-net must be created.
+  each other. This is how each cloister's network must be created.
 """
 
 from __future__ import annotations
@@ -433,7 +433,7 @@ def test_bridge_container_reaches_host_listener(
 def test_isolated_internal_network_cannot_reach_host_listener(
     lab: Lab, listener: HostListener, host_ip: str
 ) -> None:
-    # Plain --internal is not enough (see the next test); this is cloister-net's recipe.
+    # Plain --internal is not enough (see the next test); each cloister's network is made so.
     network = lab.network("isolated", internal=True, options=INHIBIT_IPV4)
 
     run = lab.run(network, connect_script(host_ip, listener.port))

@@ -14,6 +14,8 @@ import contextlib
 import errno
 import fcntl
 import grp
+import io
+import ipaddress
 import json
 import os
 import pwd
@@ -35,6 +37,10 @@ from typing import IO, Any, NoReturn, TypeVar
 import docker
 import docker.errors
 import pytest
+from ruamel.yaml import YAML
+
+from cloister_core import stack
+from cloister_core.paths import CloisterPaths
 
 CLI_TIMEOUT = 120.0  # a start may build the slim image on a cold machine
 GUARDIAN_TIMEOUT = 900.0  # the first guardian start may build the service images
@@ -78,9 +84,6 @@ PASSED_THROUGH = frozenset(
     }
 )
 PROXY_VARIABLES = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"})
-# The guardian's compose project (cloister_core.stack.PROJECT): its containers carry it.
-GUARDIAN_PROJECT = "cloister-guardian"
-FOREIGN_GUARDIAN_WAIT = 300.0  # how long `guardian(exclusive=True)` waits for another's
 # Root's own: the lock a session holds while it runs tests as TEST_USER, and the ACL
 # entries it gave (written down as given; a killed session's are taken back by the next).
 GRANTS_DIR = Path("/run/cloister-tests")
@@ -242,6 +245,16 @@ class CloisterCli:
             env.setdefault("DOCKER_CONFIG", str(Path.home() / ".docker"))
             env["HOME"] = str(self.home)
         return env
+
+    @property
+    def instance(self) -> stack.Instance:
+        """Its guardian on the engine: its user and data directory."""
+        uid = os.getuid() if self.user is None else self.user.uid
+        return stack.Instance.of(CloisterPaths(self.config_dir, self.data_dir), uid)
+
+    def container(self, name: str) -> str:
+        """Cloister *name*'s container (and its network): ``cloister-<id>-<name>``."""
+        return self.instance.cloister(name)
 
     def command(self, *args: str) -> list[str]:
         """The argv of ``cloister ARGS`` (through ``setpriv`` when run as another user)."""
@@ -846,19 +859,45 @@ def make_repo(path: Path, user: HostUser | None = None) -> Path:
 
 
 def unique(prefix: str) -> str:
-    """A project-name-safe unique name: the guardian and container names are machine-wide."""
+    """A project-name-safe unique name: :func:`container` finds a cloister by it alone."""
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
 # --- inside a cloister --------------------------------------------------------------------
 
 
+_CONTAINERS: dict[str, str] = {}
+
+
+def _labelled(label: str, *, kind: str = "ps") -> list[str]:
+    argv = [docker_executable(), *(["ps", "-a"] if kind == "ps" else ["network", "ls"])]
+    listed = run_command(
+        [
+            *argv,
+            "--filter",
+            f"label={label}",
+            "--format",
+            "{{.Names}}" if kind == "ps" else "{{.Name}}",
+        ],
+        timeout=30,
+    )
+    assert listed.returncode == 0, listed.describe()
+    return listed.stdout.split()
+
+
 def container(name: str) -> str:
-    return f"cloister-{name}"
+    """The container of cloister *name* (``cloister-<instance>-<name>``), whichever
+    guardian runs it: the tests' names are unique (:func:`unique`)."""
+    if name not in _CONTAINERS:
+        found = _labelled(f"{stack.LABEL_CLOISTER}={name}")
+        assert len(found) == 1, f"cloister {name!r}: containers {found}"
+        _CONTAINERS[name] = found[0]
+    return _CONTAINERS[name]
 
 
 def exec_in(name: str, script: str, *, timeout: float = EXEC_TIMEOUT) -> Result:
-    """``docker exec cloister-NAME bash -c SCRIPT`` (in /work, as the cloister's user)."""
+    """``docker exec CONTAINER bash -c SCRIPT`` in cloister *name*'s container (in /work,
+    as the cloister's user)."""
     return run_command(
         [docker_executable(), "exec", container(name), "bash", "-c", script], timeout=timeout
     )
@@ -886,7 +925,7 @@ def connect_status(name: str, token: str | None = None, *, max_time: float = 10)
 
 
 def inspect(name: str) -> dict[str, Any]:
-    """``docker inspect cloister-NAME``."""
+    """``docker inspect`` of cloister *name*'s container."""
     result = run_command([docker_executable(), "inspect", container(name)], timeout=30)
     assert result.returncode == 0, result.describe()
     (document,) = result.json()
@@ -903,11 +942,16 @@ def inspect_network(network: str) -> dict[str, Any]:
 
 
 def network_gateway(network: str) -> str | None:
-    """The IPv4 gateway of a Docker network, as ``docker network inspect`` reports it."""
+    """The IPv4 gateway of a Docker network, as ``docker network inspect`` reports it;
+    for a subnet given without one (a cloister's network), the address Docker keeps for
+    it: the subnet's first."""
     for pool in (inspect_network(network).get("IPAM") or {}).get("Config") or []:
         gateway = pool.get("Gateway")
         if gateway and ":" not in gateway:
             return str(gateway)
+        subnet = pool.get("Subnet")
+        if subnet and ":" not in subnet:
+            return str(next(ipaddress.IPv4Network(subnet).hosts()))
     return None
 
 
@@ -918,9 +962,18 @@ def environment(document: Mapping[str, Any]) -> dict[str, str]:
 
 
 def remove_containers(names: list[str]) -> None:
-    """``docker rm -f`` whatever of these cloister containers still exists."""
-    if names:
-        run_command([docker_executable(), "rm", "-f", *map(container, names)], timeout=60)
+    """``docker rm -f`` whatever of these cloisters' containers still exists."""
+    found = [each for name in names for each in _labelled(f"{stack.LABEL_CLOISTER}={name}")]
+    if found:
+        run_command([docker_executable(), "rm", "-f", *found], timeout=60)
+
+
+def remove_instance_networks(instance: stack.Instance) -> None:
+    """``docker network rm`` every network of *instance* (its stack is stopped: nothing of
+    it is connected any more); a temporary data directory's would stay forever."""
+    found = _labelled(instance.label_filter, kind="network")
+    if found:
+        run_command([docker_executable(), "network", "rm", *found], timeout=60)
 
 
 def free_port() -> int:
@@ -931,12 +984,18 @@ def free_port() -> int:
         return port
 
 
-def guardian_containers(client: docker.DockerClient) -> list[str]:
-    """The containers of a guardian stack on this engine, whoever started it."""
-    found = client.containers.list(
-        all=True, filters={"label": f"com.docker.compose.project={GUARDIAN_PROJECT}"}
-    )
-    return sorted(str(item.name) for item in found)
+def with_free_ui_port(config: str) -> str:
+    """*config* with a free ``guardian.ui_port`` unless it names one: the default port is
+    the one a user's own guardian (or another suite's) has on this engine."""
+    yaml = YAML(typ="safe")
+    document = yaml.load(config) or {}
+    section = document.setdefault("guardian", {})
+    if "ui_port" in section:
+        return config
+    section["ui_port"] = free_port()
+    stream = io.StringIO()
+    yaml.dump(document, stream)
+    return stream.getvalue()
 
 
 @contextlib.contextmanager
@@ -948,14 +1007,12 @@ def guardian(
     home: Path | None = None,
     *,
     user: HostUser | None = None,
-    exclusive: bool = False,
 ) -> Iterator[CloisterCli]:
-    """``cloister`` with its own directories under *root*, *config* written, and the
-    machine-wide guardian started (stopped at the end, with every cloister of *root*).
+    """``cloister`` with its own directories under *root*, *config* written, and its own
+    guardian started (an instance of its own: other guardians on the engine run on),
+    stopped at the end with every cloister of *root*, and its networks removed.
 
-    Run as *user* when given (see :func:`host_user`). *exclusive*: a guardian already on
-    the engine is another's (the stack's names are machine-wide, so starting would take
-    it over): wait up to FOREIGN_GUARDIAN_WAIT for it to go, else skip.
+    Run as *user* when given (see :func:`host_user`).
     """
     for image in (SLIM_IMAGE, BASE_IMAGE):
         try:
@@ -965,21 +1022,8 @@ def guardian(
             continue
     else:
         skip(f"neither {SLIM_IMAGE} nor its base {BASE_IMAGE} is present locally")
-    if exclusive:
-        try:
-            wait_until(
-                lambda: not guardian_containers(client),
-                FOREIGN_GUARDIAN_WAIT,
-                "another guardian to stop",
-                interval=5,
-            )
-        except AssertionError:
-            skip(
-                f"a guardian this module did not start is on the engine"
-                f" ({', '.join(guardian_containers(client))}); it was left alone"
-            )
     tool = CloisterCli(root, home=home, user=user)
-    tool.write_config(config)
+    tool.write_config(with_free_ui_port(config))
     try:
         started = tool.run("guardian", "start", timeout=GUARDIAN_TIMEOUT)
         if started.returncode != 0:
@@ -998,5 +1042,6 @@ def guardian(
         stopped = tool.run("guardian", "stop")
         if stopped.returncode != 0:
             problems.append(stopped.describe())
+        remove_instance_networks(tool.instance)
         if problems:
             pytest.fail("cleanup failed: " + "\n".join(problems), pytrace=False)

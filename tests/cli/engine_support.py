@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -19,11 +20,21 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from cloister_core import stack
+from cloister_core.paths import CloisterPaths
+
+# The instance of the tests' fake engines unless one is given.
+INSTANCE = stack.Instance("0123abcd", os.getuid(), Path("/data"))
+
+
+def instance_of(root: Path) -> stack.Instance:
+    """The instance of ``CLOISTER_CONFIG_DIR=root/config CLOISTER_DATA_DIR=root/data``."""
+    return stack.Instance.of(CloisterPaths(root / "config", root / "data"), os.getuid())
 
 
 def cloister_attrs(
     name: str,
     *,
+    instance: stack.Instance = INSTANCE,
     project: str | None = None,
     path: str = "/src/x",
     branch: str = "",
@@ -34,12 +45,13 @@ def cloister_attrs(
     """An inspect document of cloister *name*, as the engine writes it."""
     return {
         "Id": f"id-{name}",
-        "Name": f"/cloister-{name}",
+        "Name": f"/{instance.cloister(name)}",
         "Created": created,
         "State": {"Status": status, "Running": status == "running"},
         "Config": {
             "Image": image,
             "Labels": {
+                **instance.labels,
                 stack.LABEL_CLOISTER: name,
                 stack.LABEL_PROJECT: project or name,
                 stack.LABEL_PATH: path,

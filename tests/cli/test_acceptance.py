@@ -5,12 +5,11 @@ script, run in a repository's directory, with its config and data directories in
 temporary directory; what a cloister can and cannot do is tried from inside it with
 ``docker exec``, and what it did is checked on the host (git, files, a TCP listener).
 
-The guardian stack is machine-wide (compose project ``cloister-guardian``, networks
-``cloister-net``/``cloister-egress``/``cloister-control``, the UI on 127.0.0.1:9999), so
-the module starts ONE with ``cloister guardian start`` and stops it at the end with
-``cloister guardian stop``; every cloister a test starts is stopped by that test (and
-any left over is removed at the end). Project names carry a random suffix, because
-container names are machine-wide too.
+The module starts ONE guardian with ``cloister guardian start`` (an instance of its own:
+its temporary data directory's, named ``cloister-<id>-...``, so other guardians on the
+engine run on) and stops it at the end with ``cloister guardian stop``; every cloister a
+test starts is stopped by that test (and any left over is removed at the end). Project
+names carry a random suffix, so that a cloister is found by its name alone.
 
 Proxy probes ask for a CONNECT to a domain the config denies: ``403`` means the proxy
 accepted the token (and refused the destination), ``407`` that it refused the token.
@@ -20,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shlex
 import shutil
@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 import docker
 import docker.errors
@@ -37,7 +38,6 @@ import httpx
 import pytest
 
 from cloister_cli.inside.guardrails import BIN, PROFILE, PROFILE_SNIPPET, WRAPPER_DIR
-from cloister_core import stack
 from cloister_core.config.models import DEFAULT_PROTECTED_PATHS
 from cloister_core.decisions import DecisionStore
 from cloister_core.paths import CloisterPaths
@@ -53,6 +53,7 @@ from tests.cli.cli_support import (
     environment,
     exec_in,
     exec_ok,
+    free_port,
     git,
     guardian,
     inspect,
@@ -99,11 +100,21 @@ def cli(
     tmp_path_factory: pytest.TempPathFactory,
     skip_or_fail: SkipOrFail,
 ) -> Iterator[CloisterCli]:
-    """``cloister`` with temporary config and data directories, and the guardian up."""
+    """``cloister`` with temporary config and data directories, and the guardian up (its
+    UI on a free port: other guardians on the engine have theirs)."""
+    config = CONFIG + f"guardian:\n  ui_port: {free_port()}\n"
     with guardian(
-        docker_client, tmp_path_factory.mktemp("cloister-cli"), CONFIG, skip_or_fail
+        docker_client, tmp_path_factory.mktemp("cloister-cli"), config, skip_or_fail
     ) as tool:
         yield tool
+
+
+def ui_port(cli: CloisterCli) -> int:
+    """The guardian.ui_port the module's config sets."""
+    text = (cli.config_dir / "config.yaml").read_text(encoding="utf-8")
+    found = re.search(r"ui_port: (\d+)", text)
+    assert found is not None, text
+    return int(found.group(1))
 
 
 class Cloisters:
@@ -456,8 +467,9 @@ def test_container_is_hardened_as_configured(
     assert host["Memory"] == MEMORY_BYTES
     assert host["NanoCpus"] == NANO_CPUS
     assert document["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
-    assert host["NetworkMode"] == "cloister-net"
-    assert set(document["NetworkSettings"]["Networks"]) == {"cloister-net"}
+    own_network = cli.container(name)  # alone on a network of its own
+    assert host["NetworkMode"] == own_network
+    assert set(document["NetworkSettings"]["Networks"]) == {own_network}
 
     root = repo.resolve()
     own = cli.data_dir / "gitdirs" / name  # the cloister's own git directory, never yours
@@ -509,9 +521,9 @@ def test_container_is_hardened_as_configured(
     assert record["cloister"] == name
     assert record["project"] == name
     assert record["path"] == str(root)
-    # Bound to the container's own address on cloister-net (the services check it).
+    # Bound to the container's own address on its network (the services check it).
     networks = inspect(name)["NetworkSettings"]["Networks"]
-    assert record["address"] == networks[stack.CLOISTER_NET]["IPAddress"]
+    assert record["address"] == networks[cli.container(name)]["IPAddress"]
 
 
 # --- 6. the host is out of reach ------------------------------------------------------------
@@ -534,12 +546,12 @@ def test_host_services_are_unreachable(
     assert before == ["127.0.0.1"]
 
     addresses = {
-        "cloister-net gateway": network_gateway("cloister-net"),
+        "its network's gateway": network_gateway(cli.container(name)),
         "docker0": network_gateway("bridge") or "172.17.0.1",
         "host primary": host_primary_ipv4(docker_client),
     }
     targets = {label: address for label, address in addresses.items() if address}
-    assert {"cloister-net gateway", "docker0"} <= set(targets), addresses
+    assert {"its network's gateway", "docker0"} <= set(targets), addresses
     probes = " ".join(
         f"(timeout 4 bash -c 'exec 3<>/dev/tcp/{address}/{host_listener.port}"
         f' && head -c {len(KNOWN_LINE)} <&3\'; echo "{address} exit=$?") &'
@@ -664,7 +676,8 @@ def test_guardian_status_and_idempotent_start(cli: CloisterCli) -> None:
     pid = status["executor_pid"]
     assert isinstance(pid, int)
     assert b"cloister_executor" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    assert status["ui"] == "http://127.0.0.1:9999/"
+    assert status["ui"] == f"http://127.0.0.1:{ui_port(cli)}/"
+    assert status["project"] == cli.instance.project
     assert status["compose_file"] == str(cli.data_dir / "guardian" / "compose.yaml")
     assert Path(status["compose_file"]).is_file()
 
@@ -680,8 +693,8 @@ def test_approvals_list_json(cli: CloisterCli) -> None:
 HUB_PROBE = """
 import json, sys, urllib.error, urllib.request
 answers = {}
-for host in ("approval:9999", "127.0.0.1:9999"):
-    for path in ("/api/v1/pending", "/", "/api/v1/health"):
+for host in ("approval:9999", "127.0.0.1:%d"):
+    for path in ("/api/v1/pending", "/api/v1/decisions", "/api/v1/health"):
         request = urllib.request.Request("http://approval:9999" + path, headers={"Host": host})
         try:
             status = urllib.request.urlopen(request, timeout=5).status
@@ -698,16 +711,23 @@ def test_the_hub_answers_only_its_human(
     """Issue 11: without the hub secret every route but health is a 401, from the host
     and from a container on the control network; the CLI and a browser logged in by
     `cloister guardian open` get in; every answer forbids framing."""
-    ui = "http://127.0.0.1:9999"
+    port = ui_port(cli)
+    ui = f"http://127.0.0.1:{port}"
     secret_file = cli.data_dir / "guardian" / "hub.secret"
     assert secret_file.stat().st_mode & 0o777 == 0o600
     secret = secret_file.read_text(encoding="utf-8").strip()
     with httpx.Client(base_url=ui, timeout=10) as anyone:
-        for path in ("/", "/api/v1/pending", "/api/v1/decisions", "/static/app.js"):
+        for path in ("/api/v1/pending", "/api/v1/decisions", "/fragments/pending"):
             response = anyone.get(path)
             assert response.status_code == 401, (path, response.text)
             assert response.headers["x-frame-options"] == "DENY"
             assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+        # The page and its script are a shell that holds no data: open, never framed.
+        for path in ("/", "/static/app.js"):
+            response = anyone.get(path)
+            assert response.status_code == 200, (path, response.text)
+            assert response.headers["x-frame-options"] == "DENY"
+            assert "set-cookie" not in response.headers
         assert anyone.get("/api/v1/health").status_code == 200
         human = {"Authorization": f"Bearer {secret}"}
         assert anyone.get("/api/v1/pending", headers=human).status_code == 200
@@ -715,32 +735,35 @@ def test_the_hub_answers_only_its_human(
     # A container on the control network (where the proxy and the gateway are).
     output = docker_client.containers.run(
         "cloister-approval:latest",
-        entrypoint=["python3", "-c", HUB_PROBE],
-        network="cloister-control",
+        entrypoint=["python3", "-c", HUB_PROBE % port],
+        network=cli.instance.control_net,
         labels={"org.cloister.test": "tests/cli/test_acceptance.py"},
         remove=True,
     )
     answers = json.loads(output)
     assert answers == {
         "approval:9999/api/v1/pending": 401,
-        "approval:9999/": 401,
+        "approval:9999/api/v1/decisions": 401,
         "approval:9999/api/v1/health": 403,  # open, but only under the hub's own names
-        "127.0.0.1:9999/api/v1/pending": 401,
-        "127.0.0.1:9999/": 401,
-        "127.0.0.1:9999/api/v1/health": 200,
+        f"127.0.0.1:{port}/api/v1/pending": 401,
+        f"127.0.0.1:{port}/api/v1/decisions": 401,
+        f"127.0.0.1:{port}/api/v1/health": 200,
     }, answers
 
-    # The browser's way in: a one-time URL, then the cookie.
+    # The browser's way in: a one-time URL whose ticket the page trades for a token.
     url = cli.ok("guardian", "open", "--no-browser").stdout.strip()
     assert url.startswith(f"{ui}/login?ticket="), url
-    with httpx.Client(timeout=10) as browser:
-        assert browser.get(url).status_code == 200  # logged in; that page goes on to /
-        page = browser.get(f"{ui}/")
+    ticket = parse_qs(urlsplit(url).query)["ticket"][0]
+    with httpx.Client(base_url=ui, timeout=10) as browser:
+        page = browser.get(url)
         assert page.status_code == 200
         assert "Cloister approvals</title>" in page.text
-        assert browser.get(f"{ui}/api/v1/pending").status_code == 200
-    with httpx.Client(timeout=10) as replay:
-        assert replay.get(url).status_code == 401  # one time only
+        traded = browser.post("/api/v1/login", json={"ticket": ticket})
+        assert traded.status_code == 200, traded.text
+        assert not browser.cookies
+        session = {"Authorization": f"Bearer {traded.json()['token']}"}
+        assert browser.get("/api/v1/pending", headers=session).status_code == 200
+        assert browser.post("/api/v1/login", json={"ticket": ticket}).status_code == 401  # once
 
 
 # --- the host's own git must never run what an agent planted --------------------------------

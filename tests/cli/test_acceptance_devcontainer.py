@@ -98,7 +98,7 @@ def project(cli: CloisterCli, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     finally:
         if name in cli.listing():
             cli.run("stop", name)
-        remove_containers([name, f"{name}-dry"])
+        remove_containers([name])  # and a dry run's, which carries its label
         docker_cli = docker_executable()
         run_command(
             [docker_cli, "volume", "rm", "-f", devoverrides.volume_name(name, "cache")], timeout=60
@@ -135,7 +135,7 @@ def test_a_devcontainer_is_built_and_run_hardened(
     assert host["SecurityOpt"] == ["no-new-privileges:true"]
     assert host["Init"] is True
     assert host["ShmSize"] == 128 * 1024 * 1024
-    assert list(host["NetworkMode"].split()) == ["cloister-net"]
+    assert list(host["NetworkMode"].split()) == [cli.container(name)]  # its own network
     targets = {mount["Destination"]: mount for mount in document["Mounts"]}
     assert "/root/.ssh" not in targets
     assert targets["/cache"]["Type"] == "volume"
@@ -283,13 +283,12 @@ def test_the_dry_run_command_starts_the_same_container(
     argv = [item.replace("***", fresh) for item in shlex.split(planned["command"])]
     assert argv[:2] == ["docker", "run"]
     argv[0] = docker_executable()
-    argv[argv.index("--name") + 1] = f"cloister-{name}-dry"  # the real one holds the name
+    dry_name = f"{cli.container(name)}-dry"  # the real one holds the name
+    argv[argv.index("--name") + 1] = dry_name
     made = run_command(argv, timeout=120)
     assert made.returncode == 0, made.describe()
     try:
-        dry = json.loads(
-            run_command([docker_executable(), "inspect", f"cloister-{name}-dry"]).stdout
-        )[0]
+        dry = json.loads(run_command([docker_executable(), "inspect", dry_name]).stdout)[0]
         for field in HOST_FIELDS:
             assert dry["HostConfig"].get(field) == real["HostConfig"].get(field), field
         for field in ("User", "WorkingDir", "Image", "Labels", "Hostname", "Cmd"):
@@ -299,4 +298,4 @@ def test_the_dry_run_command_starts_the_same_container(
         assert _public_env(dry, fresh) == _public_env(real, real_token)
         assert set(environment(dry)) == set(environment(real))
     finally:
-        remove_containers([f"{name}-dry"])
+        run_command([docker_executable(), "rm", "-f", dry_name], timeout=60)

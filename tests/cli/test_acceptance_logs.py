@@ -2,8 +2,8 @@
 request and run a ``hostexec`` command; ``cloister logs A`` shows A's lines (proxy,
 hostexec, decisions) and none of B's, also after A stopped.
 
-The guardian is machine-wide: the module starts one (``guardian(...)``) and stops it at
-the end, as tests/cli/test_acceptance.py does.
+The module starts a guardian of its own (``guardian(...)``: an instance of its own, on a
+free UI port) and stops it at the end, as tests/cli/test_acceptance.py does.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ group): that user starts the module's one guardian, makes a repository of its ow
 starts a cloister in it, and the cloister's processes and files must be that user's,
 never root's.
 
-The guardian stack is machine-wide: the module waits for any guardian it did not start
-to go (else skips, and fails under CI) rather than take it over, puts its approval UI on
-a free port, and stops its guardian and every cloister of its directories at the end.
+The user's guardian is an instance of its own (its data directory): others on the engine
+run on. The module puts its approval UI on a free port, and stops its guardian and every
+cloister of its directories at the end.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import docker
 import pytest
 
 from tests.cli.cli_support import (
-    GUARDIAN_PROJECT,
     SLIM_IMAGE,
     CloisterCli,
     HostUser,
@@ -71,7 +70,6 @@ def cli(
         config,
         skip_or_fail,
         user=user,
-        exclusive=True,
     ) as tool:
         yield tool
 
@@ -104,7 +102,7 @@ def test_a_non_root_user_runs_the_guardian_and_a_cloister_as_itself(
     assert status["running"] is True, status
     assert process_uid(status["executor_pid"]) == user.uid
     for service in SERVICES:
-        assert inspect_container(f"{GUARDIAN_PROJECT}-{service}") == user.owner, service
+        assert inspect_container(cli.instance.service(service)) == user.owner, service
 
     # A repository of that user's own.
     name = unique("nonroot")

@@ -116,7 +116,7 @@ def cli(
 ) -> Iterator[CloisterCli]:
     root = tmp_path_factory.mktemp("owngit") if user is None else user.mktemp("owngit")
     config = CONFIG.format(port=free_port())
-    with guardian(docker_client, root, config, skip_or_fail, user=user, exclusive=True) as tool:
+    with guardian(docker_client, root, config, skip_or_fail, user=user) as tool:
         yield tool
 
 

@@ -82,7 +82,7 @@ def cli(
 ) -> Iterator[CloisterCli]:
     root = tmp_path_factory.mktemp("owngit-attacks")
     config = CONFIG.format(port=free_port())
-    with guardian(docker_client, root, config, skip_or_fail, exclusive=True) as tool:
+    with guardian(docker_client, root, config, skip_or_fail) as tool:
         yield tool
 
 

@@ -24,6 +24,7 @@ from tests.ci.test_docker_network import KNOWN_LINE, HostListener, host_primary_
 from tests.cli.cli_support import (
     SLIM_IMAGE,
     CloisterCli,
+    container,
     docker_executable,
     exec_in,
     exec_ok,
@@ -113,7 +114,7 @@ def free_port() -> int:
 def serve(name: str) -> None:
     """The dev server, in the background inside cloister *name*, once it accepts."""
     started = run_command(
-        [docker_executable(), "exec", "-d", f"cloister-{name}", "perl", "-e", SERVER], timeout=30
+        [docker_executable(), "exec", "-d", container(name), "perl", "-e", SERVER], timeout=30
     )
     assert started.returncode == 0, started.describe()
     wait_until(
@@ -166,7 +167,8 @@ def test_a_dev_server_answers_on_the_host_and_nothing_else_opens(
     )
 
     # The forwarder: hardened, published on the host's loopback only, on two networks.
-    forwarder = stack.forwarder(name, PORT)
+    instance = cli.instance
+    forwarder = instance.forwarder(name, PORT)
     document = inspect_container(forwarder)
     host_config = document["HostConfig"]
     assert host_config["PortBindings"] == {
@@ -178,7 +180,8 @@ def test_a_dev_server_answers_on_the_host_and_nothing_else_opens(
     assert host_config["Init"] is True
     assert host_config["Privileged"] is False
     networks = document["NetworkSettings"]["Networks"]
-    assert set(networks) == {stack.CLOISTER_NET, stack.PORTS_NET}
+    own_network = instance.cloister(name)  # the cloister's own, and the ports network
+    assert set(networks) == {own_network, instance.ports_net}
     assert stack.LABEL_CLOISTER not in document["Config"]["Labels"]
     working_here = [n for n, item in cli.listing().items() if item["path"] == str(repo.resolve())]
     assert working_here == [name]  # the forwarder is no cloister
@@ -186,19 +189,19 @@ def test_a_dev_server_answers_on_the_host_and_nothing_else_opens(
     # From inside the cloister: the internet, the host (through either network's gateway
     # or its own address), and the forwarder (on either of its addresses, on any port)
     # stay out of reach.
-    ports_gateway = network_gateway(stack.PORTS_NET)
-    on_net = networks[stack.CLOISTER_NET]["IPAddress"]
-    on_ports = networks[stack.PORTS_NET]["IPAddress"]
+    ports_gateway = network_gateway(instance.ports_net)
+    on_net = networks[own_network]["IPAddress"]
+    on_ports = networks[instance.ports_net]["IPAddress"]
     listening = host_listener.port
     targets = {
         "internet 1.1.1.1:443": "1.1.1.1/443",
         "internet 203.0.113.1:80": "203.0.113.1/80",
-        "cloister-net gateway": f"{network_gateway(stack.CLOISTER_NET)}/{listening}",
+        "its network's gateway": f"{network_gateway(own_network)}/{listening}",
         "cloister-ports gateway": f"{ports_gateway}/{listening}",
         "cloister-ports gateway, published port": f"{ports_gateway}/{host_port}",
         "docker0": f"{network_gateway('bridge') or '172.17.0.1'}/{listening}",
-        "forwarder on cloister-net": f"{on_net}/{stack.FORWARDER_PORT}",
-        "forwarder on cloister-net, the listener's port": f"{on_net}/{listening}",
+        "forwarder on its network": f"{on_net}/{stack.FORWARDER_PORT}",
+        "forwarder on its network, the listener's port": f"{on_net}/{listening}",
         "forwarder on cloister-ports": f"{on_ports}/{stack.FORWARDER_PORT}",
         "forwarder on cloister-ports, the listener's port": f"{on_ports}/{listening}",
     }
@@ -249,7 +252,7 @@ def test_any_free_port_remove_and_clear_errors(
         taken = holder.getsockname()[1]
         refused = cli.fails("port", name, f"3000:{taken}")
     assert f"port {taken} on 127.0.0.1 is taken by another program" in refused.stderr
-    assert not exists(stack.forwarder(name, 3000))
+    assert not exists(cli.instance.forwarder(name, 3000))
     # One a forward of Cloister's holds: which one is named.
     refused = cli.fails("port", name, f"3000:{host_port}")
     assert f"is taken by port {PORT} of cloister {name}" in refused.stderr
@@ -257,18 +260,19 @@ def test_any_free_port_remove_and_clear_errors(
     # --remove: it no longer answers.
     removed = cli.ok("port", name, str(PORT), "--remove")
     assert f"port {PORT} no longer published" in removed.stdout
-    assert not exists(stack.forwarder(name, PORT))
+    assert not exists(cli.instance.forwarder(name, PORT))
     with pytest.raises(httpx.ConnectError):
         ask(host_port)
     assert cli.json("port", name, "--list", "--json") == []
 
     # A paused cloister (the git guard pauses a hostile one) is refused, clearly.
-    container = f"cloister-{name}"
-    assert run_command([docker_executable(), "pause", container], timeout=30).returncode == 0
+    paused_container = container(name)
+    pause = [docker_executable(), "pause", paused_container]
+    assert run_command(pause, timeout=30).returncode == 0
     try:
         paused = cli.fails("port", name, str(PORT))
     finally:
-        run_command([docker_executable(), "unpause", container], timeout=30)
+        run_command([docker_executable(), "unpause", paused_container], timeout=30)
     assert f"cloister {name!r} is paused" in paused.stderr
     missing = cli.fails("port", "no-such-cloister", str(PORT))
     assert "no cloister 'no-such-cloister'" in missing.stderr

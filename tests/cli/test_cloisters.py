@@ -27,11 +27,12 @@ from cloister_cli.cloisters import (
     environment_for,
 )
 from cloister_cli.projects import Project
-from cloister_core.config.models import DefaultsConfig
+from cloister_core.config.models import DefaultsConfig, GuardianConfig
 from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
 from cloister_core.tokens import TokenRecord
+from tests.cli.engine_support import INSTANCE
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
@@ -89,6 +90,7 @@ def plan_for(
         workspace,
         name,
         record_for(workspace, name),
+        instance=INSTANCE,
         image="cloister:latest",
         limits=LIMITS,
         refs=refs,
@@ -283,6 +285,7 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
         workspace,
         "api",
         record,
+        instance=INSTANCE,
         image="cloister-slim:latest",
         limits=LIMITS,
         refs=(),
@@ -293,7 +296,7 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
     assert plan.run_kwargs() == {
         "image": "cloister-slim:latest",
         "command": ["sleep", "infinity"],
-        "name": "cloister-api",
+        "name": "cloister-0123abcd-api",
         "hostname": "api",
         "detach": True,
         "user": f"{uid}:{gid}",
@@ -302,13 +305,16 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
         "mounts": plan.mounts,
         "tmpfs": {"/home/cloister": f"uid={uid},gid={gid},mode=0700"},
         "labels": {
+            "org.cloister.instance": "0123abcd",
+            "org.cloister.owner": str(uid),
+            "org.cloister.data-dir": "/data",
             "org.cloister.cloister": "api",
             "org.cloister.project": "api",
             "org.cloister.path": str(repo),
             "org.cloister.branch": "",
             "org.cloister.git-common-dir": str(repo / ".git"),
         },
-        "network": "cloister-net",
+        "network": "cloister-0123abcd-api",  # its own
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
         "init": True,
@@ -323,6 +329,7 @@ def test_worktree_labels_name_the_branch(host: Host, repo: Path) -> None:
     workspace = worktree_of(repo, host, branch="feature")
     labels = plan_for(host, workspace, name="api-feature").run_kwargs()["labels"]
     assert labels == {
+        **INSTANCE.labels,
         "org.cloister.cloister": "api-feature",
         "org.cloister.project": "api",
         "org.cloister.path": str(workspace.directory),
@@ -341,6 +348,7 @@ def test_cpu_limit_in_nano_cpus(host: Host, repo: Path, cpus: float, nano_cpus: 
         workspace,
         "api",
         record_for(workspace, "api"),
+        instance=INSTANCE,
         image="cloister:latest",
         limits=DefaultsConfig(cpus=cpus),
         refs=(),
@@ -596,6 +604,7 @@ def test_markers_and_limits_in_the_plan(host: Host, repo: Path, tmp_path: Path) 
         workspace,
         "api",
         record,
+        instance=INSTANCE,
         image="cloister:latest",
         limits=DefaultsConfig(shm_size="256m", disk="20g"),
         refs=(),
@@ -646,13 +655,42 @@ class _RefusingEngine:
     containers = _RefusingContainers()
 
 
-def test_a_quota_the_engine_refuses_says_what_to_change(host: Host, repo: Path) -> None:
+def _networks(log: list[str]) -> Any:
+    """cloister_cli.networks as a start uses it, recording what it is asked."""
+
+    class Networks:
+        @staticmethod
+        def create(client: object, instance: object, name: str, config: object) -> str:
+            log.append(f"create {name}")
+            return name
+
+        @staticmethod
+        def run_with_services(
+            client: object, instance: object, network: str, run: Callable[[], object]
+        ) -> object:
+            log.append(f"connect {network}")
+            return run()
+
+        @staticmethod
+        def remove(client: object, instance: object, name: str) -> bool:
+            log.append(f"remove {name}")
+            return True
+
+    return Networks
+
+
+def test_a_quota_the_engine_refuses_says_what_to_change(
+    host: Host, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log: list[str] = []
+    monkeypatch.setattr(cloisters, "networks", _networks(log))
     workspace = main_checkout(repo)
     record = record_for(workspace, "api")
     plan = cloisters.plan(
         workspace,
         "api",
         record,
+        instance=INSTANCE,
         image="cloister:latest",
         limits=DefaultsConfig(disk="20g"),
         refs=(),
@@ -662,4 +700,8 @@ def test_a_quota_the_engine_refuses_says_what_to_change(host: Host, repo: Path) 
     )
     engine: Any = _RefusingEngine()
     with pytest.raises(CloisterStartError, match=r"pquota.*remove it from config\.yaml"):
-        cloisters.create(engine, host.paths, plan, record)
+        cloisters.create(
+            engine, host.paths, plan, record, instance=INSTANCE, guardian=GuardianConfig()
+        )
+    # Its network was made, the services put on it, and removed with the failed start.
+    assert log == ["create api", "connect api", "remove api"]

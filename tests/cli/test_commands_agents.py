@@ -19,6 +19,7 @@ from cloister_cli.main import cli
 from cloister_core.credentials import load
 from cloister_core.paths import CloisterPaths
 from tests.cli.agents.hosthome import make_host_home
+from tests.cli.engine_support import INSTANCE
 
 
 @pytest.fixture
@@ -148,6 +149,9 @@ def test_setup_usage_errors(env: dict[str, str], args: tuple[str, ...], message:
 # -- exec ----------------------------------------------------------------------------------
 
 
+CONTAINER = INSTANCE.cloister("api")
+
+
 @dataclass
 class FakeContainer:
     labels: dict[str, str]
@@ -178,15 +182,17 @@ class FakeEngine:
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeEngine:
     fake = FakeEngine()
-    fake.containers.known["cloister-api"] = FakeContainer(
+    fake.containers.known[CONTAINER] = FakeContainer(
         {
+            **INSTANCE.labels,
             "org.cloister.cloister": "api",
             "org.cloister.path": str(tmp_path / "api"),
             "org.cloister.project": "api",
         },
-        "cloister-api",
+        CONTAINER,
     )
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
+    monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
     return fake
 
 
@@ -207,10 +213,10 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 @pytest.mark.parametrize(
     ("args", "argv"),
     [
-        (("api", "--", "claude", "-p", "x"), ["-w", "/work", "cloister-api", "claude", "-p", "x"]),
-        (("api", "-w", "src", "--", "ls", "-l"), ["-w", "/work/src", "cloister-api", "ls", "-l"]),
-        (("-w", "/tmp", "api", "--", "pwd"), ["-w", "/tmp", "cloister-api", "pwd"]),
-        (("api", "ls", "-l"), ["-w", "/work", "cloister-api", "ls", "-l"]),  # docker's form
+        (("api", "--", "claude", "-p", "x"), ["-w", "/work", CONTAINER, "claude", "-p", "x"]),
+        (("api", "-w", "src", "--", "ls", "-l"), ["-w", "/work/src", CONTAINER, "ls", "-l"]),
+        (("-w", "/tmp", "api", "--", "pwd"), ["-w", "/tmp", CONTAINER, "pwd"]),
+        (("api", "ls", "-l"), ["-w", "/work", CONTAINER, "ls", "-l"]),  # docker's form
     ],
 )
 def test_exec_argv_and_exit_status(
@@ -232,7 +238,7 @@ def test_exec_without_a_name_uses_the_directory(
     monkeypatch.chdir(tmp_path / "api" / "src" / "deep")
     result = run(env, "exec", "--", "make")
     assert result.exit_code == 5, result.output
-    assert ran == [["exec", "-i", "-w", "/work/src/deep", "cloister-api", "make"]]
+    assert ran == [["exec", "-i", "-w", "/work/src/deep", CONTAINER, "make"]]
 
 
 @pytest.mark.parametrize(
@@ -242,7 +248,7 @@ def test_exec_without_a_name_uses_the_directory(
 def test_exec_refuses_a_cloister_that_is_not_running(
     env: dict[str, str], engine: FakeEngine, ran: list[list[str]], status: str, message: str
 ) -> None:
-    engine.containers.known["cloister-api"].status = status
+    engine.containers.known[CONTAINER].status = status
     result = run(env, "exec", "api", "--", "true")
     assert result.exit_code == 1
     assert message in result.output

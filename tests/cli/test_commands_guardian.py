@@ -1,5 +1,6 @@
-"""``cloister guardian open`` (a one-time login URL for the browser) and the approvals
-commands' ``--hub``: with this machine's hub secret, and one clean line without it."""
+"""``cloister guardian open`` (a one-time login URL for the browser), ``guardian logout``
+(every browser session ended) and the approvals commands' ``--hub``: with this machine's
+hub secret, and one clean line without it."""
 
 from __future__ import annotations
 
@@ -219,3 +220,76 @@ def test_approvals_errors_are_one_clean_line(
     result = run(env, *args)
     assert result.exit_code == 1
     assert result.output == message
+
+
+def test_logout_removes_the_login_page_and_its_link_no_longer_works(
+    env: dict[str, str], paths: CloisterPaths, tmp_path: Path, browser: Browser
+) -> None:
+    started(paths)
+    hub = LiveHub(tmp_path / "hub", hub_sessions_dir=paths.guardian_dir / "hub-sessions")
+    try:
+        assert run(env, "guardian", "open").exit_code == 0
+        page = paths.guardian_dir / "login.html"
+        match = re.search(r'url=http://127\.0\.0\.1:8999/login\?ticket=([^"]+)"', page.read_text())
+        assert match is not None
+        logout = run(env, "guardian", "logout")
+        assert logout.exit_code == 0, logout.output
+        assert not page.exists()
+        # Even a copy of the page's link, unused and unexpired, is refused now.
+        refused = httpx.post(f"{hub.url}/api/v1/login", json={"ticket": match[1]}, timeout=10)
+        assert refused.status_code == 401
+        assert refused.json()["error"] == (
+            "this login link was made before `cloister guardian logout`;"
+            " make a new one with `cloister guardian open`"
+        )
+        # A link made right after the logout works: it waited for its cut-off second.
+        fresh = run(env, "guardian", "open", "--no-browser").stdout.strip()
+        login = httpx.post(
+            f"{hub.url}/api/v1/login", json={"ticket": fresh.partition("ticket=")[2]}, timeout=10
+        )
+        assert login.status_code == 200, login.text
+        # No page, no problem: logout again.
+        assert run(env, "guardian", "logout").exit_code == 0
+    finally:
+        hub.stop()
+
+
+def test_logout_ends_every_browser_session_and_not_the_cli(
+    env: dict[str, str], paths: CloisterPaths, tmp_path: Path
+) -> None:
+    started(paths)
+    # The hub as the stack runs it: the sessions directory beside the secret file.
+    hub = LiveHub(tmp_path / "hub", hub_sessions_dir=paths.guardian_dir / "hub-sessions")
+    try:
+        # The CLI's link, its ticket traded as the hub's login page does.
+        link = run(env, "guardian", "open", "--no-browser").stdout.strip()
+        ticket = link.partition("ticket=")[2]
+        login = httpx.post(f"{hub.url}/api/v1/login", json={"ticket": ticket}, timeout=10)
+        browser = {"Authorization": f"Bearer {login.json()['token']}"}
+        assert httpx.get(f"{hub.url}/api/v1/pending", headers=browser).status_code == 200
+
+        result = run(env, "guardian", "logout", "--json")
+        assert result.exit_code == 0, result.output
+        document = json.loads(result.stdout)
+        revoked = paths.guardian_dir / "hub-sessions" / "revoked-before"
+        assert document["file"] == str(revoked)
+        cutoff = datetime.fromisoformat(document["revoked_before"])
+        # The second after the logout; the command returns once it has begun.
+        assert timedelta(seconds=-1) < cutoff - datetime.now(cutoff.tzinfo) <= timedelta(0)
+        assert revoked.read_text(encoding="ascii") == f"{int(cutoff.timestamp())}\n"
+
+        refused = httpx.get(f"{hub.url}/api/v1/pending", headers=browser)
+        assert refused.status_code == 401
+        assert "cloister guardian logout" in refused.json()["detail"]
+        cli = httpx.get(
+            f"{hub.url}/api/v1/pending", headers={"Authorization": f"Bearer {HUB_SECRET}"}
+        )
+        assert cli.status_code == 200
+        text = run(env, "guardian", "logout")
+        assert text.exit_code == 0, text.output
+        assert text.stdout == (
+            "every browser is logged out of the approval UI;"
+            " log one in again with `cloister guardian open`\n"
+        )
+    finally:
+        hub.stop()

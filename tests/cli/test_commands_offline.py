@@ -21,6 +21,7 @@ from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
+from tests.cli.engine_support import INSTANCE
 from tests.git_support import hermetic_git, make_repo, run_git
 
 
@@ -38,7 +39,10 @@ class FakeContainers:
     running: list[FakeContainer] = field(default_factory=list)
 
     def list(self, **filters: Any) -> list[FakeContainer]:
-        assert filters == {"all": True, "filters": {"label": "org.cloister.cloister"}}
+        assert filters == {
+            "all": True,
+            "filters": {"label": ["org.cloister.cloister", INSTANCE.label_filter]},
+        }
         return self.running
 
 
@@ -67,6 +71,7 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
 def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
+    monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
     return fake
 
 

@@ -19,6 +19,7 @@ from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
+from tests.cli.engine_support import instance_of
 from tests.git_support import hermetic_git, make_repo, run_git
 
 
@@ -165,7 +166,7 @@ def test_fix_waits_until_the_agent_is_stopped(
     @dataclass
     class RunningContainers:
         def get(self, name: str) -> Running:
-            return Running(labels={"org.cloister.cloister": "api"})
+            return Running(labels={**instance_of(tmp_path).labels, "org.cloister.cloister": "api"})
 
         def list(self, **filters: Any) -> list[object]:
             return [Running()]

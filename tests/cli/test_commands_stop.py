@@ -21,6 +21,7 @@ from cloister_core import stack
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import read_session
 from cloister_executor.gitsync import SyncError, SyncOutcome
+from tests.cli.engine_support import INSTANCE
 from tests.git_support import hermetic_git, make_repo, run_git
 
 
@@ -36,6 +37,10 @@ class FakeContainer:
         del self.engine.items[self.name]
 
 
+def _matches(labels: dict[str, str], wanted: list[tuple[str, str, str]]) -> bool:
+    return all(key in labels and value in ("", labels[key]) for key, _, value in wanted)
+
+
 @dataclass
 class FakeEngine:
     items: dict[str, FakeContainer] = field(default_factory=dict)
@@ -49,9 +54,20 @@ class FakeEngine:
             raise docker.errors.NotFound(f"no container {name}")
         return self.items[name]
 
-    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[Any]:
-        key = (filters or {}).get("label", "").partition("=")[0]
-        return [item for item in self.items.values() if key in item.labels]
+    def list(self, all: bool = False, filters: dict[str, list[str]] | None = None) -> list[Any]:
+        wanted = [label.partition("=") for label in (filters or {}).get("label", [])]
+        return [item for item in self.items.values() if _matches(item.labels, wanted)]
+
+    @property
+    def networks(self) -> FakeNetworks:
+        return FakeNetworks()
+
+
+class FakeNetworks:
+    """No cloister's network is left to remove."""
+
+    def list(self, **kwargs: Any) -> list[Any]:
+        return []
 
 
 @dataclass
@@ -106,10 +122,11 @@ def engine(
     guardian = FakeGuardian()
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
     monkeypatch.setattr(Context, "guardian", property(lambda self: guardian))
+    monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
     workspace = Workspace(Project("api", repo, git=True), repo)
     sessions.prepare(paths, workspace, "api", home=tmp_path / "home", protect=(".envrc",))
-    labels = {stack.LABEL_CLOISTER: "api", stack.LABEL_PATH: str(repo)}
-    fake.items["cloister-api"] = FakeContainer("cloister-api", labels, fake)
+    labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: "api", stack.LABEL_PATH: str(repo)}
+    fake.items[INSTANCE.cloister("api")] = FakeContainer(INSTANCE.cloister("api"), labels, fake)
     paths.token_file("api").parent.mkdir(parents=True, exist_ok=True)
     paths.token_file("api").write_text("{}", encoding="utf-8")
     return fake

@@ -22,6 +22,7 @@ from cloister_core import stack
 from cloister_core.owngit import Head
 from cloister_core.paths import CloisterPaths
 from cloister_executor.gitsync import SyncError, SyncOutcome
+from tests.cli.engine_support import INSTANCE
 from tests.git_support import hermetic_git, make_repo
 
 
@@ -47,8 +48,8 @@ class FakeEngine:
     containers: FakeContainers = field(default_factory=FakeContainers)
 
     def add(self, cloister: str, status: str) -> None:
-        name = f"cloister-{cloister}"
-        labels = {stack.LABEL_CLOISTER: cloister}
+        name = INSTANCE.cloister(cloister)
+        labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: cloister}
         self.containers.items[name] = FakeContainer(name, status, labels)
 
 
@@ -75,6 +76,7 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
+    monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
     return fake
 

@@ -16,7 +16,7 @@ from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_core.fileio import lock_path
 from cloister_core.paths import CloisterPaths
-from tests.cli.engine_support import FakeEngineApi, cloister_attrs, serve
+from tests.cli.engine_support import FakeEngineApi, cloister_attrs, instance_of, serve
 
 
 @pytest.fixture
@@ -35,11 +35,13 @@ def paths(env: dict[str, str]) -> CloisterPaths:
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[FakeEngineApi]:
+    mine = instance_of(tmp_path)
     api = FakeEngineApi(
         [
-            cloister_attrs("api", path="/src/api"),
-            cloister_attrs("api-feature", project="api", path="/wt/api-feature"),
-            cloister_attrs("web", path="/src/web", status="exited"),
+            cloister_attrs("api", path="/src/api", instance=mine),
+            cloister_attrs("api-feature", project="api", path="/wt/api-feature", instance=mine),
+            cloister_attrs("web", path="/src/web", status="exited", instance=mine),
+            cloister_attrs("another-users", path="/src/x"),  # not this instance's
         ]
     )
     with serve(tmp_path / "engine.sock", api) as served:

@@ -29,6 +29,7 @@ from cloister_core.devcontainer import load_devcontainer
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
+from tests.cli.engine_support import INSTANCE
 from tests.git_support import hermetic_git, make_repo
 
 
@@ -48,6 +49,7 @@ def plan_for(tmp_path: Path, repo: Path, extras: Extras | None = None) -> tuple[
         workspace,
         "api",
         record,
+        instance=INSTANCE,
         image="cloister-slim:latest",
         limits=LIMITS,
         refs=(),
@@ -79,7 +81,7 @@ def test_every_hardening_flag_is_in_the_command(tmp_path: Path) -> None:
     assert flag_values(argv, "--cap-drop") == ["ALL"]
     assert flag_values(argv, "--security-opt") == ["no-new-privileges:true"]
     assert "--init" in argv
-    assert flag_values(argv, "--network") == ["cloister-net"]
+    assert flag_values(argv, "--network") == ["cloister-0123abcd-api"]  # its own
     assert flag_values(argv, "--user") == [f"{uid}:{gid}"]
     assert flag_values(argv, "--workdir") == ["/work"]
     assert flag_values(argv, "--memory") == ["512m"]
@@ -176,7 +178,7 @@ def test_extras_join_the_plan_without_weakening_it(tmp_path: Path) -> None:
     kwargs = plan.run_kwargs()
     assert kwargs["shm_size"] == "1g"
     assert kwargs["hostname"] == "box"
-    assert kwargs["network"] == "cloister-net"
+    assert kwargs["network"] == "cloister-0123abcd-api"
     assert kwargs["cap_drop"] == ["ALL"]
     assert "privileged" not in kwargs
     by_target = {mount["Target"]: mount for mount in plan.mounts}

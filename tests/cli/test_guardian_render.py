@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -26,6 +27,7 @@ from cloister_cli.guardian import (
 )
 from cloister_core.config.models import GlobalConfig, GuardianConfig
 from cloister_core.paths import CloisterPaths
+from cloister_core.stack import LABEL_FORWARD, LABEL_FORWARD_PORT, LABEL_GUARDIAN, Instance
 
 SOURCE = Path(__file__).resolve().parents[2]
 SERVICES = {"proxy", "approval", "gateway", "credentials"}
@@ -33,15 +35,21 @@ IMAGES = {name: f"cloister-{name}:latest" for name in SERVICES} | {
     "credentials": "cloister-proxy:latest"  # the proxy's image, another command
 }
 UI_PORT = 19999
+# What the proxy and the credential gateway must never dial: the pool, and the stack's.
+NEVER = ["10.213.0.0/16", "172.30.0.0/16", "172.31.0.0/16", "172.29.0.0/16"]
+
+
+def instance_of(paths: CloisterPaths) -> Instance:
+    return Instance.of(paths, os.getuid())
 
 
 def guardian_for(paths: CloisterPaths, client: object = None, ui_port: int = UI_PORT) -> Guardian:
     config = GlobalConfig(guardian=GuardianConfig(ui_port=ui_port))
-    return Guardian(paths, config, cast(docker.DockerClient, client), SOURCE)
+    return Guardian(paths, config, cast(docker.DockerClient, client), SOURCE, instance_of(paths))
 
 
 def render(paths: CloisterPaths, ui_port: int = UI_PORT) -> dict[str, Any]:
-    written = guardian_for(paths, ui_port=ui_port).render()
+    written = guardian_for(paths, ui_port=ui_port).render(NEVER)
     assert written == paths.compose_file
     document: dict[str, Any] = YAML(typ="safe").load(written.read_text(encoding="utf-8"))
     return document
@@ -71,50 +79,55 @@ def volumes(service: dict[str, Any]) -> dict[str, str]:
 
 def test_render_writes_the_compose_file(paths: CloisterPaths) -> None:
     guardian = guardian_for(paths)
-    path = guardian.render()
+    path = guardian.render(NEVER)
     assert path == paths.data_dir / "guardian" / "compose.yaml"
     assert path.stat().st_mode & 0o777 == 0o644
     first = path.read_text(encoding="utf-8")
     assert "{{" not in first
     assert first.startswith("# The Cloister guardian stack")
-    guardian.render()
+    guardian.render(NEVER)
     assert path.read_text(encoding="utf-8") == first  # the same inputs, the same file
 
 
 def test_render_needs_a_source_tree(paths: CloisterPaths) -> None:
-    guardian = Guardian(paths, GlobalConfig(), cast(docker.DockerClient, None), None)
+    guardian = Guardian(
+        paths, GlobalConfig(), cast(docker.DockerClient, None), None, instance_of(paths)
+    )
     with pytest.raises(GuardianError, match="no source tree"):
-        guardian.render()
+        guardian.render(NEVER)
 
 
-def test_networks_are_the_external_ones(stack: dict[str, Any]) -> None:
-    assert stack["name"] == "cloister-guardian"
+def test_networks_are_the_instances_external_ones(
+    stack: dict[str, Any], paths: CloisterPaths
+) -> None:
+    instance = instance_of(paths)
+    assert stack["name"] == f"cloister-{instance.id}"
     assert stack["networks"] == {
-        "cloister-net": {"name": "cloister-net", "external": True},
-        "egress": {"name": "cloister-egress", "external": True},
-        "control": {"name": "cloister-control", "external": True},
+        "egress": {"name": f"cloister-{instance.id}-guardian-egress", "external": True},
+        "control": {"name": f"cloister-{instance.id}-guardian-control", "external": True},
     }
     assert set(stack["services"]) == SERVICES
 
 
 def test_which_service_is_on_which_network(stack: dict[str, Any]) -> None:
+    # The cloisters' own networks are not in the file: the CLI connects the proxy, the
+    # hostexec gateway and the credential gateway to each (cloister_cli.networks).
     services = stack["services"]
-    assert services["proxy"]["networks"] == {
-        "cloister-net": {"aliases": ["cloister-guardian-proxy"]},
-        "egress": {},
-        "control": {},
-    }
-    assert services["gateway"]["networks"] == {
-        "cloister-net": {"aliases": ["cloister-guardian"]},
-        "control": {},
-    }
-    # The credential gateway: reached by cloisters, reaches out; never the hub.
-    assert services["credentials"]["networks"] == {
-        "cloister-net": {"aliases": ["cloister-guardian-credentials"]},
-        "egress": {},
-    }
-    # The hub is the human's: never on cloister-net, never on the egress network.
+    assert services["proxy"]["networks"] == {"egress": {}, "control": {}}
+    assert services["gateway"]["networks"] == {"control": {}}
+    # The credential gateway reaches out; never the hub.
+    assert services["credentials"]["networks"] == {"egress": {}}
+    # The hub is the human's: never on a cloister's network, never on the egress network.
     assert services["approval"]["networks"] == {"control": {}}
+
+
+def test_the_dialling_services_are_told_the_networks_they_must_never_dial(
+    stack: dict[str, Any],
+) -> None:
+    services = stack["services"]
+    proxy = services["proxy"]["environment"]["CLOISTER_PROXY_GUARDIAN_NETWORKS"]
+    credentials = services["credentials"]["environment"]["CLOISTER_CREDENTIALS_GUARDIAN_NETWORKS"]
+    assert json.loads(proxy) == json.loads(credentials) == NEVER
 
 
 def test_only_the_hub_publishes_a_port_and_only_on_loopback(stack: dict[str, Any]) -> None:
@@ -124,7 +137,7 @@ def test_only_the_hub_publishes_a_port_and_only_on_loopback(stack: dict[str, Any
     assert "ports" not in services["gateway"]
     assert "ports" not in services["credentials"]
     hosts = json.loads(services["approval"]["environment"]["CLOISTER_APPROVAL_PUBLIC_HOSTS"])
-    assert hosts == [f"127.0.0.1:{UI_PORT}", f"localhost:{UI_PORT}"]
+    assert hosts == [f"127.0.0.1:{UI_PORT}"]  # not localhost: it may be ::1, someone else's
 
 
 def test_the_ui_port_comes_from_the_config(paths: CloisterPaths) -> None:
@@ -134,13 +147,26 @@ def test_the_ui_port_comes_from_the_config(paths: CloisterPaths) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
-def test_every_service_is_locked_down(stack: dict[str, Any], name: str) -> None:
+def test_every_service_is_locked_down(
+    stack: dict[str, Any], paths: CloisterPaths, name: str
+) -> None:
     service = stack["services"][name]
     assert service["user"] == f"{os.getuid()}:{os.getgid()}"
     assert service["cap_drop"] == ["ALL"]
     assert service["security_opt"] == ["no-new-privileges:true"]
     assert service["read_only"] is True
-    assert service["container_name"] == f"cloister-guardian-{name}"
+    instance = instance_of(paths)
+    assert service["container_name"] == f"cloister-{instance.id}-guardian-{name}"
+    assert service["labels"] == {
+        LABEL_GUARDIAN: "true",
+        "org.cloister.instance": instance.id,
+        "org.cloister.owner": str(os.getuid()),
+        "org.cloister.data-dir": str(paths.data_dir.resolve()),
+    }
+    # Limits on each; none forwards packets between the networks it is on.
+    assert service["mem_limit"] == ("1g" if name == "proxy" else "512m")
+    assert service["pids_limit"] == (512 if name == "proxy" else 256)
+    assert service["sysctls"] == {"net.ipv4.ip_forward": "0"}
     assert service["image"] == IMAGES[name]
     for key in ("privileged", "network_mode", "pid", "ipc", "cap_add", "devices"):
         assert key not in service
@@ -163,6 +189,8 @@ def test_mounts(stack: dict[str, Any], paths: CloisterPaths) -> None:
         "/config/decisions": f"{config}/decisions",
         "/run/secrets/service.credential": f"{credential}:ro",
         "/run/secrets/hub.secret": f"{paths.data_dir / 'guardian' / 'hub.secret'}:ro",
+        # The directory `cloister guardian logout` writes revoked-before to.
+        "/run/secrets/hub-sessions": f"{paths.data_dir / 'guardian' / 'hub-sessions'}:ro",
         "/audit/audit.log": audit,
         "/logs": logs,
     }
@@ -272,13 +300,35 @@ class FakeNetwork:
 class FakeNetworks:
     existing: list[FakeNetwork]
     created: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    subnet: int = 28  # the next one made gets 172.<subnet>.0.0/16
 
     def list(self) -> list[FakeNetwork]:
         return self.existing
 
+    def get(self, name: str) -> FakeNetwork:
+        for network in self.existing:
+            if network.name == name:
+                return network
+        raise docker.errors.NotFound(f"network {name} not found")
+
     def create(self, name: str, **options: Any) -> FakeNetwork:
         self.created.append((name, options))
-        return FakeNetwork(name, {})
+        self.subnet += 1
+        attrs = {
+            "Driver": options["driver"],
+            "Internal": options["internal"],
+            "EnableIPv6": options["enable_ipv6"],
+            "Options": options.get("options") or {},
+            "Labels": options["labels"],
+            "IPAM": {
+                "Config": [
+                    {"Subnet": f"172.{self.subnet}.0.0/16", "Gateway": f"172.{self.subnet}.0.1"}
+                ]
+            },
+        }
+        made = FakeNetwork(name, attrs)
+        self.existing.append(made)
+        return made
 
 
 @dataclass
@@ -286,70 +336,113 @@ class FakeClient:
     networks: FakeNetworks
 
 
-GUARDED = {"Internal": True, "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"}}
-
-
-def ensure(paths: CloisterPaths, *existing: FakeNetwork) -> FakeNetworks:
+def ensure(paths: CloisterPaths, *existing: FakeNetwork) -> tuple[FakeNetworks, list[str]]:
     networks = FakeNetworks(list(existing))
-    guardian_for(paths, FakeClient(networks)).ensure_networks()
-    return networks
+    never = guardian_for(paths, FakeClient(networks)).ensure_networks()
+    return networks, never
 
 
-def test_missing_networks_are_created(paths: CloisterPaths) -> None:
-    labels = {"org.cloister.guardian": "true"}
-    common = {"driver": "bridge", "enable_ipv6": False, "labels": labels}
-    assert ensure(paths).created == [
+def test_missing_networks_are_created_and_their_subnets_never_dialled(
+    paths: CloisterPaths,
+) -> None:
+    instance = instance_of(paths)
+    labels = {"org.cloister.guardian": "true", **instance.labels}
+    common = {"driver": "bridge", "enable_ipv6": False, "check_duplicate": True, "labels": labels}
+    networks, never = ensure(paths)
+    assert networks.created == [
         (
-            "cloister-net",
+            instance.ports_net,
             {
                 **common,
-                "internal": True,
-                "options": {"com.docker.network.bridge.inhibit_ipv4": "true"},
+                "internal": False,
+                "options": {"com.docker.network.bridge.enable_icc": "false"},
             },
         ),
-        ("cloister-egress", {**common, "internal": False, "options": {}}),
-        ("cloister-control", {**common, "internal": False, "options": {}}),
+        (instance.egress_net, {**common, "internal": False}),
+        (instance.control_net, {**common, "internal": False}),
     ]
+    # The cloisters' pool, then egress, control and ports.
+    assert never == ["10.213.0.0/16", "172.30.0.0/16", "172.31.0.0/16", "172.29.0.0/16"]
 
 
 def test_existing_networks_are_kept(paths: CloisterPaths) -> None:
-    networks = ensure(
-        paths,
-        FakeNetwork("bridge", {}),
-        FakeNetwork("cloister-net", GUARDED),
-        FakeNetwork("cloister-control", {"Internal": False}),
+    instance = instance_of(paths)
+    control = FakeNetwork(
+        instance.control_net,
+        {"Labels": instance.labels, "IPAM": {"Config": [{"Subnet": "172.20.0.0/16"}]}},
     )
-    assert [name for name, _ in networks.created] == ["cloister-egress"]
+    networks, never = ensure(paths, FakeNetwork("bridge", {}), control)
+    assert [name for name, _ in networks.created] == [instance.ports_net, instance.egress_net]
+    assert "172.20.0.0/16" in never
 
 
-@pytest.mark.parametrize(
-    "attrs",
-    [
-        {"Internal": False, "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"}},
-        {"Internal": True, "Options": {}},
-        {"Internal": True},
-        {"Internal": True, "Options": {"com.docker.network.bridge.inhibit_ipv4": "false"}},
-        {},
-    ],
-    ids=["not-internal", "no-inhibit", "no-options", "inhibit-false", "nothing"],
-)
-def test_an_unguarded_cloister_net_is_refused(paths: CloisterPaths, attrs: dict[str, Any]) -> None:
-    networks = FakeNetworks([FakeNetwork("cloister-net", attrs)])
+def test_a_network_of_the_instances_name_that_is_not_its_own_is_refused(
+    paths: CloisterPaths,
+) -> None:
+    instance = instance_of(paths)
+    theirs = {"org.cloister.instance": "ffffffff", "org.cloister.owner": "0"}
+    networks = FakeNetworks([FakeNetwork(instance.egress_net, {"Labels": theirs})])
+    with pytest.raises(GuardianError, match=rf"{instance.egress_net} is user root's"):
+        guardian_for(paths, FakeClient(networks)).ensure_networks()
+
+
+@dataclass
+class HubContainer:
+    name: str
+    labels: dict[str, str]
+    attrs: dict[str, Any]
+
+
+@dataclass
+class HubContainers:
+    running: list[HubContainer]
+
+    def get(self, name: str) -> HubContainer:
+        raise docker.errors.NotFound(name)
+
+    def list(self, filters: dict[str, str]) -> list[HubContainer]:
+        return [c for c in self.running if filters["label"] in c.labels]
+
+
+@dataclass
+class HubEngine:
+    containers: HubContainers
+
+
+def hub_on(port: int, labels: dict[str, str], name: str) -> HubContainer:
+    published = {"9999/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
+    return HubContainer(
+        name, {LABEL_GUARDIAN: "true", **labels}, {"NetworkSettings": {"Ports": published}}
+    )
+
+
+def test_another_guardians_hub_on_the_ui_port_is_named(paths: CloisterPaths) -> None:
+    user = pwd.getpwuid(os.getuid()).pw_name
+    theirs = {
+        "org.cloister.instance": "ffffffff",
+        "org.cloister.owner": str(os.getuid()),
+        "org.cloister.data-dir": "/elsewhere/data",
+    }
+    engine = HubEngine(
+        HubContainers([hub_on(UI_PORT, theirs, "cloister-ffffffff-guardian-approval")])
+    )
     with pytest.raises(GuardianError) as caught:
-        guardian_for(paths, FakeClient(networks)).ensure_networks()
+        guardian_for(paths, engine).check_hub_port()
     assert str(caught.value) == (
-        "network 'cloister-net' exists but is not internal with inhibit_ipv4 and without"
-        " IPv6; remove it (`docker network rm cloister-net`) and start again"
+        f"port {UI_PORT} is published by cloister-ffffffff-guardian-approval, the approval hub"
+        f" of user {user}'s (data directory /elsewhere/data) guardian; set"
+        f" `guardian: {{ui_port: PORT}}` in {paths.config_file} to a free port"
     )
-    assert networks.created == []
+    # Another port: no concern of this guardian's.
+    guardian_for(paths, engine, ui_port=UI_PORT + 1).check_hub_port()
 
 
-def test_a_cloister_net_with_ipv6_is_refused(paths: CloisterPaths) -> None:
-    """DESIGN.md: inhibit_ipv4 *and* no IPv6 on cloister-net; an IPv6 gateway would be
-    a route to the host that inhibit_ipv4 does not close."""
-    networks = FakeNetworks([FakeNetwork("cloister-net", {**GUARDED, "EnableIPv6": True})])
-    with pytest.raises(GuardianError):
-        guardian_for(paths, FakeClient(networks)).ensure_networks()
+def test_an_older_cloisters_stack_is_named_with_how_to_remove_it(paths: CloisterPaths) -> None:
+    legacy = hub_on(UI_PORT, {}, "cloister-guardian-approval")
+    with pytest.raises(GuardianError) as caught:
+        guardian_for(paths, HubEngine(HubContainers([legacy]))).check_hub_port()
+    assert "the guardian of an older Cloister" in str(caught.value)
+    assert "docker compose -p cloister-guardian down" in str(caught.value)
 
 
 # -- status ------------------------------------------------------------------------------
@@ -358,6 +451,8 @@ def test_a_cloister_net_with_ipv6_is_refused(paths: CloisterPaths) -> None:
 @dataclass
 class FakeContainer:
     attrs: dict[str, Any]
+    labels: dict[str, str] = field(default_factory=dict)
+    name: str = ""
 
 
 @dataclass
@@ -395,19 +490,22 @@ def test_status_of_a_stack_that_is_not_there(paths: CloisterPaths) -> None:
         tokens=0,
         ui=f"http://127.0.0.1:{UI_PORT}/",
         compose_file=str(paths.compose_file),
+        project=instance_of(paths).project,
     )
     assert status.to_json()["services"][0] == {"name": "proxy", "state": "absent", "health": "-"}
 
 
 def test_status_counts_tokens_and_reads_health(paths: CloisterPaths, tokens: None) -> None:
+    instance = instance_of(paths)
+    mine = instance.labels
     engine = FakeEngine(
         FakeContainers(
             {
-                "cloister-guardian-proxy": FakeContainer({"State": {"Status": "running"}}),
-                "cloister-guardian-approval": FakeContainer(
-                    {"State": {"Status": "running", "Health": {"Status": "healthy"}}}
+                instance.service("proxy"): FakeContainer({"State": {"Status": "running"}}, mine),
+                instance.service("approval"): FakeContainer(
+                    {"State": {"Status": "running", "Health": {"Status": "healthy"}}}, mine
                 ),
-                "cloister-guardian-gateway": FakeContainer({"State": {"Status": "exited"}}),
+                instance.service("gateway"): FakeContainer({"State": {"Status": "exited"}}, mine),
             }
         )
     )
@@ -439,6 +537,51 @@ def test_a_taken_ui_port_is_one_line_that_says_what_to_do(detail: str) -> None:
         " set `guardian: {ui_port: PORT}` in /home/me/.config/cloister/config.yaml to a free"
         " port, then run `cloister guardian start` again"
     )
+
+
+@dataclass
+class Forwarders:
+    running: list[HubContainer]
+
+    def list(self, filters: dict[str, list[str]]) -> list[HubContainer]:
+        assert filters == {"label": [LABEL_FORWARD]}
+        return self.running
+
+
+def forwarder_on(port: int, labels: dict[str, str], name: str) -> HubContainer:
+    published = {"9996/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
+    forward = {LABEL_FORWARD: "repob", LABEL_FORWARD_PORT: "8081"}
+    return HubContainer(name, {**labels, **forward}, {"NetworkSettings": {"Ports": published}})
+
+
+def test_a_cloister_port_on_the_ui_port_is_named_with_how_to_free_it(
+    paths: CloisterPaths,
+) -> None:
+    detail = "Bind for 127.0.0.1:9999 failed: port is already allocated"
+    mine = forwarder_on(UI_PORT, instance_of(paths).labels, "cloister-x-guardian-port-repob-8081")
+    guardian = guardian_for(paths, HubEngine(cast("Any", Forwarders([mine]))))
+    message = port_taken(detail, UI_PORT, paths.config_file, guardian._forwarder_on_ui_port)
+    assert message == (
+        f"port {UI_PORT} on 127.0.0.1 (the approval UI) is taken by `cloister port`: port 8081"
+        " of cloister repob; `cloister port repob 8081 --remove` frees it, or set"
+        f" `guardian: {{ui_port: PORT}}` in {paths.config_file} to a free port, then run"
+        " `cloister guardian start` again"
+    )
+    theirs = {
+        "org.cloister.instance": "ffffffff",
+        "org.cloister.owner": "0",
+        "org.cloister.data-dir": "/elsewhere/data",
+    }
+    other = forwarder_on(UI_PORT, theirs, "cloister-ffffffff-guardian-port-repob-8081")
+    guardian = guardian_for(paths, HubEngine(cast("Any", Forwarders([other]))))
+    assert guardian._forwarder_on_ui_port() == (
+        "`cloister port` of user root's (data directory /elsewhere/data) guardian"
+        " (cloister-ffffffff-guardian-port-repob-8081, port 8081 of its cloister repob);"
+        " its owner can remove it"
+    )
+    elsewhere = forwarder_on(UI_PORT + 1, theirs, "cloister-ffffffff-guardian-port-repob-8081")
+    guardian = guardian_for(paths, HubEngine(cast("Any", Forwarders([elsewhere]))))
+    assert guardian._forwarder_on_ui_port() is None  # then: "another program"
 
 
 def test_other_compose_failures_are_not_called_a_taken_port() -> None:

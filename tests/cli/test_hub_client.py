@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -196,13 +197,16 @@ def test_a_refusal_carries_the_hubs_message(hub: LiveHub, client: HubClient) -> 
 def test_the_login_url_is_one_the_hub_accepts_once(hub: LiveHub, client: HubClient) -> None:
     url = client.login_url()
     assert url.startswith(f"{hub.url}/login?ticket=")
-    with httpx.Client() as browser:
-        first = browser.get(url)
-        assert first.status_code == 200  # logged in; the page goes on to / itself
-        assert browser.get(f"{hub.url}/").status_code == 200
-        assert browser.get(f"{hub.url}/api/v1/pending").status_code == 200
-    with httpx.Client() as other:
-        assert other.get(url).status_code == 401  # used
+    ticket = parse_qs(urlsplit(url).query)["ticket"][0]
+    with httpx.Client(base_url=hub.url) as browser:
+        assert browser.get(url).status_code == 200  # the page's shell: it trades the ticket
+        traded = browser.post("/api/v1/login", json={"ticket": ticket})
+        assert traded.status_code == 200, traded.text
+        assert not browser.cookies  # the session is the token the page keeps, no cookie
+        assert browser.get("/api/v1/pending").status_code == 401
+        session = {"Authorization": f"Bearer {traded.json()['token']}"}
+        assert browser.get("/api/v1/pending", headers=session).status_code == 200
+        assert browser.post("/api/v1/login", json={"ticket": ticket}).status_code == 401  # used
 
 
 def test_a_hub_that_is_down_is_one_short_line() -> None:

@@ -17,7 +17,7 @@ from cloister_cli import listing
 from cloister_cli.listing import CloisterInfo, DockerUnavailableError, EngineError, UnixEngine
 from cloister_cli.main import cli
 from cloister_core import stack
-from tests.cli.engine_support import FakeEngineApi, cloister_attrs, serve
+from tests.cli.engine_support import INSTANCE, FakeEngineApi, cloister_attrs, instance_of, serve
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_lists_the_labelled_containers_as_the_sdk_does(
         other_container(),
         cloister_attrs("api-feature", project="api", branch="feature", image="cloister-slim"),
     ]
-    found = listing.list_cloisters(UnixEngine(str(socket_path)))
+    found = listing.list_cloisters(UnixEngine(str(socket_path)), INSTANCE)
     created = "2025-01-02T03:04:05"
     assert found == [
         CloisterInfo(
@@ -57,7 +57,9 @@ def test_lists_the_labelled_containers_as_the_sdk_does(
     assert listed.startswith("/containers/json?")
     query = dict(part.split("=", 1) for part in listed.split("?", 1)[1].split("&"))
     assert query["all"] == "1"
-    assert json.loads(unquote_plus(query["filters"])) == {"label": [stack.LABEL_CLOISTER]}
+    assert json.loads(unquote_plus(query["filters"])) == {
+        "label": [stack.LABEL_CLOISTER, INSTANCE.label_filter]
+    }
     assert sorted(inspected) == ["/containers/id-api-feature/json", "/containers/id-web/json"]
 
 
@@ -66,7 +68,16 @@ def test_a_container_removed_between_list_and_inspect_is_left_out(
 ) -> None:
     api.containers = [cloister_attrs("a"), cloister_attrs("b")]
     api.vanished = {"id-a"}
-    assert [info.name for info in listing.list_cloisters(UnixEngine(str(socket_path)))] == ["b"]
+    found = listing.list_cloisters(UnixEngine(str(socket_path)), INSTANCE)
+    assert [info.name for info in found] == ["b"]
+
+
+def test_another_instances_cloisters_are_not_listed(api: FakeEngineApi, socket_path: Path) -> None:
+    other = stack.Instance("4567cdef", INSTANCE.uid + 1, Path("/other"))
+    api.containers = [cloister_attrs("a"), cloister_attrs("b", instance=other)]
+    assert [info.name for info in listing.list_cloisters(UnixEngine(str(socket_path)), other)] == [
+        "b"
+    ]
 
 
 def test_filters_are_converted_like_the_sdk(api: FakeEngineApi, socket_path: Path) -> None:
@@ -82,7 +93,7 @@ def test_an_engine_error_is_one_clean_message(api: FakeEngineApi, socket_path: P
     with pytest.raises(
         EngineError, match=r"answered 500 to GET /containers/json.*: engine trouble"
     ):
-        listing.list_cloisters(UnixEngine(str(socket_path)))
+        listing.list_cloisters(UnixEngine(str(socket_path)), INSTANCE)
 
 
 def test_the_state_may_be_a_plain_string() -> None:
@@ -189,13 +200,23 @@ def run_list(socket_path: Path, *args: str) -> Any:
     return CliRunner().invoke(
         cli,
         ["list", *args],
-        env={"DOCKER_HOST": f"unix://{socket_path}", "COLUMNS": "200"},
+        env={
+            "DOCKER_HOST": f"unix://{socket_path}",
+            "COLUMNS": "200",
+            "CLOISTER_CONFIG_DIR": str(socket_path.parent / "config"),
+            "CLOISTER_DATA_DIR": str(socket_path.parent / "data"),
+        },
         prog_name="cloister",
     )
 
 
 def test_cloister_list(api: FakeEngineApi, socket_path: Path) -> None:
-    api.containers = [cloister_attrs("api", path="/src/api"), other_container()]
+    mine = instance_of(socket_path.parent)
+    api.containers = [
+        cloister_attrs("api", path="/src/api", instance=mine),
+        cloister_attrs("web", path="/src/web"),  # another instance's
+        other_container(),
+    ]
     result = run_list(socket_path, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == [
@@ -213,6 +234,7 @@ def test_cloister_list(api: FakeEngineApi, socket_path: Path) -> None:
     assert table.exit_code == 0, table.output
     assert "/src/api" in table.output
     assert "postgres" not in table.output
+    assert "/src/web" not in table.output
 
 
 def test_cloister_list_when_there_are_none(api: FakeEngineApi, socket_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import docker
@@ -13,12 +14,15 @@ import pytest
 from click.testing import CliRunner
 
 from cloister_cli import ports
+from cloister_cli.guardian import whose
 from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_cli.ports import PortError, PortSpec
 from cloister_core import stack
-from cloister_core.names import CONTAINER_PREFIX, RESERVED_CLOISTER_PREFIX, container_name
+from cloister_core.names import RESERVED_CLOISTER_PREFIX
 
+INSTANCE = stack.Instance("0123abcd", os.getuid(), Path("/data"))
+OTHER = stack.Instance("4567cdef", os.getuid() + 1, Path("/other"))
 IMAGE = "cloister-proxy:latest"
 GATEWAY = "172.30.0.1"
 ADDRESS = "172.18.0.5"
@@ -71,11 +75,12 @@ def test_parse_spec_refuses_impossible_ports(text: str, message: str) -> None:
 
 
 def test_forwarder_names_are_in_the_guardian_namespace_and_never_collide() -> None:
-    assert stack.forwarder("my-api", 8000) == "cloister-guardian-port-my-api-8000"
-    # No cloister can be called that: its container would be cloister-guardian-…
-    assert stack.forwarder("x", 1).startswith(CONTAINER_PREFIX + RESERVED_CLOISTER_PREFIX)
+    assert INSTANCE.forwarder("my-api", 8000) == "cloister-0123abcd-guardian-port-my-api-8000"
+    # No cloister can be called that: its container would be cloister-<id>-guardian-…
+    prefix = f"{INSTANCE.project}-{RESERVED_CLOISTER_PREFIX}"
+    assert INSTANCE.forwarder("x", 1).startswith(prefix)
     pairs = [("a", 18000), ("a-1", 8000), ("a-1-8", 1), ("a", 1)]
-    names = {stack.forwarder(name, port) for name, port in pairs}
+    names = {INSTANCE.forwarder(name, port) for name, port in pairs}
     assert len(names) == len(pairs)
 
 
@@ -118,11 +123,13 @@ class FakeContainer:
             self.engine.log.append(f"rm {self.name}")
 
 
-def cloister(name: str, status: str = "running", address: str = ADDRESS) -> FakeContainer:
-    networks = {stack.CLOISTER_NET: {"IPAddress": address}} if address else {}
+def cloister(
+    name: str, status: str = "running", address: str = ADDRESS, instance: stack.Instance = INSTANCE
+) -> FakeContainer:
+    networks = {instance.cloister(name): {"IPAddress": address}} if address else {}
     return FakeContainer(
-        container_name(name),
-        {stack.LABEL_CLOISTER: name},
+        instance.cloister(name),
+        {**instance.labels, stack.LABEL_CLOISTER: name},
         status=status,
         attrs={"NetworkSettings": {"Networks": networks}},
     )
@@ -141,7 +148,7 @@ def published(host_port: int) -> dict[str, Any]:
 def spec_plan(spec: PortSpec | None = None) -> ports.ForwarderPlan:
     owner = cloister("my-api")
     spec = spec or PortSpec(8000, 8001)
-    return ports.plan(cast("Any", owner), "my-api", spec, gateway=GATEWAY, image=IMAGE)
+    return ports.plan(INSTANCE, cast("Any", owner), "my-api", spec, gateway=GATEWAY, image=IMAGE)
 
 
 def test_the_forwarder_is_hardened_and_reaches_one_address() -> None:
@@ -155,15 +162,16 @@ def test_the_forwarder_is_hardened_and_reaches_one_address() -> None:
         "image": IMAGE,
         "entrypoint": ["python3", "-m", "cloister_proxy.forwarder"],
         "command": ["--target", f"{ADDRESS}:8000", "--via", GATEWAY, "--listen-port", "9996"],
-        "name": "cloister-guardian-port-my-api-8000",
+        "name": "cloister-0123abcd-guardian-port-my-api-8000",
         "user": f"{os.getuid()}:{os.getgid()}",
         "labels": {
+            **INSTANCE.labels,
             stack.LABEL_FORWARD: "my-api",
             stack.LABEL_FORWARD_PORT: "8000",
             stack.LABEL_FORWARD_TARGET: f"{ADDRESS}:8000",
             stack.LABEL_FORWARD_CONTAINER: forwarder.cloister_id,
         },
-        "network": stack.PORTS_NET,
+        "network": INSTANCE.ports_net,
         "ports": {"9996/tcp": ("127.0.0.1", 8001)},  # the host's loopback only
         "read_only": True,
         "cap_drop": ["ALL"],
@@ -185,10 +193,13 @@ def test_host_port_zero_lets_the_engine_choose() -> None:
     }
 
 
-def test_a_cloister_without_an_address_on_cloister_net_is_refused() -> None:
+def test_a_cloister_without_an_address_on_its_network_is_refused() -> None:
     owner = cast("Any", cloister("my-api", address=""))
-    with pytest.raises(PortError, match="cloister 'my-api' has no address on cloister-net"):
-        ports.plan(owner, "my-api", PortSpec(8000), gateway=GATEWAY, image=IMAGE)
+    with pytest.raises(
+        PortError,
+        match="cloister 'my-api' has no address on its network 'cloister-0123abcd-my-api'",
+    ):
+        ports.plan(INSTANCE, owner, "my-api", PortSpec(8000), gateway=GATEWAY, image=IMAGE)
 
 
 @pytest.mark.parametrize(
@@ -231,9 +242,15 @@ class FakeContainers:
                 return item
         raise docker.errors.NotFound(f"no container {name}")
 
-    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[FakeContainer]:
-        key, _, value = (filters or {})["label"].partition("=")
-        return [c for c in self.items if key in c.labels and (not value or c.labels[key] == value)]
+    def list(
+        self, all: bool = False, filters: dict[str, list[str]] | None = None
+    ) -> list[FakeContainer]:
+        wanted = [label.partition("=") for label in (filters or {})["label"]]
+        return [
+            c
+            for c in self.items
+            if all_labels(c.labels, [(key, value) for key, _, value in wanted])
+        ]
 
     def create(self, **kwargs: Any) -> FakeContainer:
         self.created.append(kwargs)
@@ -251,6 +268,10 @@ class FakeContainers:
         self.items.append(made)
         self.engine.log.append(f"create {made.name}")
         return made
+
+
+def all_labels(labels: dict[str, str], wanted: list[tuple[str, str]]) -> bool:
+    return all(key in labels and (not value or labels[key] == value) for key, value in wanted)
 
 
 @dataclass
@@ -297,7 +318,9 @@ class FakeEngine:
     def __post_init__(self) -> None:
         self.containers = FakeContainers(self)
         self.networks = FakeNetworks(self)
-        self.networks.present[stack.CLOISTER_NET] = FakeNetwork(stack.CLOISTER_NET, self)
+        for name in ("my-api", "web"):
+            network = INSTANCE.cloister(name)
+            self.networks.present[network] = FakeNetwork(network, self)
 
     def add(self, container: FakeContainer) -> FakeContainer:
         container.engine = self
@@ -316,22 +339,28 @@ def engine() -> FakeEngine:
     return fake
 
 
+UI_PORT = 9999  # guardian.ui_port of INSTANCE's config
+
+
 def publish(engine: FakeEngine, text: str, name: str = "my-api") -> ports.Published:
-    return ports.publish(engine.client, name, ports.parse_spec(text), image=IMAGE)
+    return ports.publish(
+        engine.client, INSTANCE, name, ports.parse_spec(text), image=IMAGE, ui_port=UI_PORT
+    )
 
 
 def test_publish_creates_the_network_then_a_forwarder_on_both_networks(engine: FakeEngine) -> None:
     result = publish(engine, "8000")
     assert result.created
     assert result.forward == ports.Forward(
-        "my-api", 8000, 8000, "running", "cloister-guardian-port-my-api-8000"
+        "my-api", 8000, 8000, "running", "cloister-0123abcd-guardian-port-my-api-8000"
     )
     assert result.forward.host == "127.0.0.1:8000"
     assert engine.log == [
-        f"network create {stack.PORTS_NET}",
-        "create cloister-guardian-port-my-api-8000",
-        f"connect {stack.CLOISTER_NET} cloister-guardian-port-my-api-8000",  # before it starts
-        "start cloister-guardian-port-my-api-8000",
+        f"network create {INSTANCE.ports_net}",
+        "create cloister-0123abcd-guardian-port-my-api-8000",
+        # the cloister's own network, before it starts
+        "connect cloister-0123abcd-my-api cloister-0123abcd-guardian-port-my-api-8000",
+        "start cloister-0123abcd-guardian-port-my-api-8000",
     ]
     (kwargs,) = engine.containers.created
     assert kwargs["command"][1] == f"{ADDRESS}:8000"
@@ -358,14 +387,15 @@ def test_forwarders_of_an_earlier_cloister_of_that_name_are_replaced(engine: Fak
     publish(engine, "8000")
     publish(engine, "3000")
     # The cloister went without `cloister stop`, and a new one of that name started.
-    engine.containers.items.remove(engine.containers.get(container_name("my-api")))
+    engine.containers.items.remove(engine.containers.get(INSTANCE.cloister("my-api")))
     engine.add(cloister("my-api", address="172.18.0.9"))
-    assert {forward.status for forward in ports.forwards(engine.client, "my-api")} == {"stale"}
+    found = ports.forwards(engine.client, INSTANCE, "my-api")
+    assert {forward.status for forward in found} == {"stale"}
     engine.log.clear()
     result = publish(engine, "8000")
     assert result.created
-    assert "rm cloister-guardian-port-my-api-3000" in engine.log
-    assert [f.port for f in ports.forwards(engine.client)] == [8000]
+    assert "rm cloister-0123abcd-guardian-port-my-api-3000" in engine.log
+    assert [f.port for f in ports.forwards(engine.client, INSTANCE)] == [8000]
     assert engine.containers.created[-1]["command"][1] == "172.18.0.9:8000"
 
 
@@ -373,17 +403,30 @@ def test_remove_stale_leaves_the_current_ones(engine: FakeEngine) -> None:
     engine.add(cloister("web", address="172.18.0.7"))
     publish(engine, "8000")
     publish(engine, "3000", name="web")
-    engine.containers.items.remove(engine.containers.get(container_name("web")))
-    assert ports.remove_stale(engine.client) == ["cloister-guardian-port-web-3000"]
-    assert [(f.cloister, f.status) for f in ports.forwards(engine.client)] == [
+    engine.containers.items.remove(engine.containers.get(INSTANCE.cloister("web")))
+    assert ports.remove_stale(engine.client, INSTANCE) == [
+        "cloister-0123abcd-guardian-port-web-3000"
+    ]
+    assert [(f.cloister, f.status) for f in ports.forwards(engine.client, INSTANCE)] == [
         ("my-api", "running")
     ]
 
 
+def test_another_instances_cloisters_and_forwarders_are_not_seen(engine: FakeEngine) -> None:
+    publish(engine, "8000")
+    engine.add(cloister("my-api", instance=OTHER))
+    assert ports.forwards(engine.client, OTHER) == []
+    assert ports.remove_stale(engine.client, OTHER) == []
+    assert ports.remove_all(engine.client, OTHER, None) == []
+    with pytest.raises(PortError, match="no cloister 'web'"):
+        ports.publish(engine.client, OTHER, "web", PortSpec(8000), image=IMAGE, ui_port=UI_PORT)
+    assert [f.status for f in ports.forwards(engine.client, INSTANCE)] == ["running"]
+
+
 def test_an_exited_forwarder_is_made_anew(engine: FakeEngine) -> None:
     publish(engine, "8000")
-    engine.containers.get(stack.forwarder("my-api", 8000)).status = "exited"
-    (listed,) = ports.forwards(engine.client, "my-api")
+    engine.containers.get(INSTANCE.forwarder("my-api", 8000)).status = "exited"
+    (listed,) = ports.forwards(engine.client, INSTANCE, "my-api")
     assert (listed.status, listed.host) == ("exited", None)
     assert publish(engine, "8000").created
 
@@ -426,13 +469,104 @@ def test_a_taken_host_port_names_who_holds_it(engine: FakeEngine) -> None:
         " `cloister port my-api 8000:HOSTPORT` (`8000:0` picks a free one)"
     )
     # The forwarder that could not start is gone.
-    assert [f.cloister for f in ports.forwards(engine.client)] == ["web"]
+    assert [f.cloister for f in ports.forwards(engine.client, INSTANCE)] == ["web"]
 
     engine.containers.next_start_error = (
         "Error starting userland proxy: listen tcp4 127.0.0.1:9000: bind: address already in use"
     )
     with pytest.raises(PortError, match=r"port 9000 on 127\.0\.0\.1 is taken by another program;"):
         publish(engine, "8000:9000")
+
+
+def hub(
+    instance: stack.Instance, host_port: int, status: str = "running", project: str | None = None
+) -> FakeContainer:
+    """A guardian's approval hub container publishing its port on *host_port*."""
+    bindings = {f"{stack.APPROVAL_PORT}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(host_port)}]}
+    return FakeContainer(
+        instance.service("approval") if project is None else f"{project}-approval",
+        {
+            stack.LABEL_GUARDIAN: "true",
+            ports.COMPOSE_SERVICE_LABEL: "approval",
+            **(instance.labels if project is None else {}),
+        },
+        status=status,
+        attrs={
+            # A stopped container publishes nothing; its configured binding remains.
+            "NetworkSettings": {"Ports": bindings if status == "running" else {}},
+            "HostConfig": {"PortBindings": bindings},
+        },
+    )
+
+
+def refusal(port: int, who: str, spec: str = "8000") -> str:
+    return (
+        f"port {port} on 127.0.0.1 is the approval UI's ({who}): a page there would be in the"
+        " hub's origin and could read its login; choose another:"
+        f" `cloister port my-api {spec}:HOSTPORT` (`{spec}:0` picks a free one)"
+    )
+
+
+def test_the_own_approval_ui_port_is_refused_whether_the_guardian_runs_or_not(
+    engine: FakeEngine,
+) -> None:
+    own = "guardian.ui_port in this machine's config"
+    for text in (f"8000:{UI_PORT}", str(UI_PORT)):
+        with pytest.raises(PortError) as caught:
+            publish(engine, text)
+        assert str(caught.value) == refusal(UI_PORT, own, text.partition(":")[0])
+    # Nothing was made; the guardian is not even running (no hub container).
+    assert engine.log == []
+    assert engine.containers.created == []
+    # This guardian's hub, still on the port of an earlier config: refused too.
+    engine.add(hub(INSTANCE, 18999, status="exited"))
+    with pytest.raises(PortError) as caught:
+        publish(engine, "8000:18999")
+    assert str(caught.value) == refusal(
+        18999, "cloister-0123abcd-guardian-approval, this guardian's approval hub"
+    )
+    assert publish(engine, "8000:8001").created  # any other port is fine
+
+
+@pytest.mark.parametrize("status", ["running", "exited"])
+def test_another_guardians_approval_ui_port_is_refused(engine: FakeEngine, status: str) -> None:
+    engine.add(hub(OTHER, 18777, status=status))
+    with pytest.raises(PortError) as caught:
+        publish(engine, "8000:18777")
+    assert str(caught.value) == refusal(
+        18777,
+        f"cloister-4567cdef-guardian-approval, the approval hub of {whose(OTHER.labels)} guardian",
+    )
+    assert "(data directory /other)" in str(caught.value)
+    assert engine.containers.created == []
+
+
+def test_an_older_cloisters_hub_port_is_refused(engine: FakeEngine) -> None:
+    engine.add(hub(INSTANCE, 9000, project=stack.LEGACY_PROJECT))
+    with pytest.raises(PortError) as caught:
+        publish(engine, "8000:9000")
+    assert str(caught.value) == refusal(
+        9000,
+        "cloister-guardian-approval, the approval hub of an older Cloister's guardian",
+    )
+
+
+def test_a_free_port_the_engine_chose_on_a_stopped_hubs_port_is_given_back(
+    engine: FakeEngine,
+) -> None:
+    engine.add(hub(OTHER, 49153, status="exited"))  # the fake engine's "free" port
+    with pytest.raises(PortError, match=r"port 49153 on 127\.0\.0\.1 is the approval UI's"):
+        publish(engine, "8000:0")
+    assert ports.forwards(engine.client, INSTANCE) == []  # removed again
+    assert "rm cloister-0123abcd-guardian-port-my-api-8000" in engine.log
+
+
+def test_the_forwarder_on_a_host_port_is_found_for_any_instance(engine: FakeEngine) -> None:
+    publish(engine, "8000:9001")
+    found = ports.forwarder_on(engine.client, 9001)
+    assert found is not None
+    assert found.name == "cloister-0123abcd-guardian-port-my-api-8000"
+    assert ports.forwarder_on(engine.client, 9002) is None
 
 
 def test_a_forwarder_that_exits_says_why(engine: FakeEngine) -> None:
@@ -448,32 +582,42 @@ def test_a_forwarder_that_exits_says_why(engine: FakeEngine) -> None:
     with pytest.raises(PortError) as caught:
         publish(engine, "8000")
     assert str(caught.value) == (
-        "the forwarder cloister-guardian-port-my-api-8000 exited:"
+        "the forwarder cloister-0123abcd-guardian-port-my-api-8000 exited:"
         " cloister-forwarder: --via must be an IPv4 address"
     )
-    assert ports.forwards(engine.client) == []  # removed, both times
+    assert ports.forwards(engine.client, INSTANCE) == []  # removed, both times
 
 
 def test_remove_and_remove_all(engine: FakeEngine) -> None:
     publish(engine, "8000")
     publish(engine, "3000:0")
-    removed = ports.remove(engine.client, "my-api", 3000)
+    removed = ports.remove(engine.client, INSTANCE, "my-api", 3000)
     assert (removed.port, removed.host) == (3000, "127.0.0.1:49153")
     with pytest.raises(PortError) as caught:
-        ports.remove(engine.client, "my-api", 3000)
+        ports.remove(engine.client, INSTANCE, "my-api", 3000)
     assert str(caught.value) == (
         "cloister 'my-api' publishes no port 3000 (`cloister port my-api --list`)"
     )
-    assert ports.remove_all(engine.client, "my-api") == ["cloister-guardian-port-my-api-8000"]
-    assert ports.forwards(engine.client) == []
+    assert ports.remove_all(engine.client, INSTANCE, "my-api") == [
+        "cloister-0123abcd-guardian-port-my-api-8000"
+    ]
+    assert ports.forwards(engine.client, INSTANCE) == []
 
 
 # --- the command -----------------------------------------------------------------------------
 
 
 @pytest.fixture
-def command_engine(engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+def command_engine(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> FakeEngine:
     monkeypatch.setattr(Context, "docker", property(lambda self: engine))
+    monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
+    # The command reads guardian.ui_port from the config: this one, never the real one.
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text("guardian:\n  ui_port: 18777\n")
+    monkeypatch.setenv("CLOISTER_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("CLOISTER_DATA_DIR", str(tmp_path / "data"))
     return engine
 
 
@@ -508,6 +652,15 @@ def test_the_command_refuses_unclear_arguments(
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_the_command_refuses_the_configured_approval_ui_port(command_engine: FakeEngine) -> None:
+    result = CliRunner().invoke(cli, ["port", "my-api", "8081:18777"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: " + refusal(18777, "guardian.ui_port in this machine's config", "8081") + "\n"
+    )
+    assert command_engine.containers.created == []
 
 
 def test_the_command_says_what_is_wrong_with_a_port(command_engine: FakeEngine) -> None:

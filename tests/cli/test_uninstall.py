@@ -26,7 +26,11 @@ from cloister_core import stack
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 from cloister_executor.gitsync import SyncError, SyncOutcome
+from tests.cli.engine_support import INSTANCE
 from tests.git_support import hermetic_git, make_repo, run_git
+
+OTHER = stack.Instance("4567cdef", INSTANCE.uid + 1, Path("/other"))
+NETWORKS = (INSTANCE.egress_net, INSTANCE.control_net, INSTANCE.ports_net)
 
 
 @dataclass
@@ -49,14 +53,20 @@ class FakeContainer:
         self.engine.log.append(f"rm {self.name}")
 
 
+def _matches(labels: dict[str, str], wanted: list[tuple[str, str, str]]) -> bool:
+    return all(key in labels and value in ("", labels[key]) for key, _, value in wanted)
+
+
 @dataclass
 class FakeContainers:
     items: list[FakeContainer] = field(default_factory=list)
 
-    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[FakeContainer]:
+    def list(
+        self, all: bool = False, filters: dict[str, list[str]] | None = None
+    ) -> list[FakeContainer]:
         assert all
-        key, _, value = (filters or {})["label"].partition("=")
-        return [c for c in self.items if key in c.labels and (not value or c.labels[key] == value)]
+        wanted = [label.partition("=") for label in (filters or {})["label"]]
+        return [c for c in self.items if _matches(c.labels, wanted)]
 
     def get(self, name: str) -> FakeContainer:
         for container in self.items:
@@ -85,20 +95,37 @@ class FakeNetwork:
     name: str
     engine: FakeEngine
 
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return {"Labels": self.engine.networks.present[self.name], "Containers": {}}
+
+    def reload(self) -> None:
+        pass
+
     def remove(self) -> None:
-        self.engine.networks.present.remove(self.name)
+        del self.engine.networks.present[self.name]
         self.engine.log.append(f"network rm {self.name}")
 
 
 @dataclass
 class FakeNetworks:
     engine: FakeEngine
-    present: set[str] = field(default_factory=set)
+    present: dict[str, dict[str, str]] = field(default_factory=dict)  # name: labels
 
     def get(self, name: str) -> FakeNetwork:
         if name not in self.present:
             raise docker.errors.NotFound(f"network {name} not found")
         return FakeNetwork(name, self.engine)
+
+    def list(
+        self, names: list[str] | None = None, filters: dict[str, list[str]] | None = None
+    ) -> list[FakeNetwork]:
+        wanted = [label.partition("=") for label in (filters or {}).get("label", [])]
+        return [
+            FakeNetwork(name, self.engine)
+            for name, labels in self.present.items()
+            if _matches(labels, wanted) and (names is None or name in names)
+        ]
 
 
 @dataclass
@@ -114,12 +141,13 @@ class FakeEngine:
 
     def add_cloister(self, name: str, path: Path) -> None:
         labels = {
+            **INSTANCE.labels,
             stack.LABEL_CLOISTER: name,
             stack.LABEL_PROJECT: name,
             stack.LABEL_PATH: str(path),
             stack.LABEL_BRANCH: "",
         }
-        self.containers.items.append(FakeContainer(f"cloister-{name}", labels, self))
+        self.containers.items.append(FakeContainer(INSTANCE.cloister(name), labels, self))
 
 
 @dataclass(frozen=True)
@@ -181,6 +209,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
     monkeypatch.setattr(Context, "guardian", property(lambda self: guardian))
     monkeypatch.setattr(Context, "hub", property(lambda self: hub))
+    monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
     return fake
 
 
@@ -191,7 +220,10 @@ def installed(engine: FakeEngine, paths: CloisterPaths, tmp_path: Path) -> FakeE
         engine.add_cloister(name, tmp_path / "src" / name)
         write(paths.token_file(name), "{}")
     engine.images.present = set(library.IMAGES)
-    engine.networks.present = set(library.NETWORKS)
+    engine.networks.present = {name: dict(INSTANCE.labels) for name in NETWORKS}
+    # A cloister's network its stop did not remove, and another instance's stack.
+    gone = {**INSTANCE.labels, stack.LABEL_CLOISTER: "gone"}
+    engine.networks.present[INSTANCE.cloister("gone")] = gone
     write(paths.config_file, "defaults: {}\n")
     write(paths.audit_log, "")
     return engine
@@ -210,17 +242,23 @@ def run(env: dict[str, str], *args: str, stdin: str | None = None) -> Result:
 def test_removes_cloisters_guardian_images_and_networks(
     env: dict[str, str], paths: CloisterPaths, installed: FakeEngine
 ) -> None:
+    installed.networks.present[OTHER.egress_net] = dict(OTHER.labels)  # another guardian's
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output
     assert installed.log == [
-        "rm cloister-api",
+        f"rm {INSTANCE.cloister('api')}",
         "proxy reload",
-        "rm cloister-web",
+        f"rm {INSTANCE.cloister('web')}",
         "proxy reload",
         "guardian stop",
-        *(f"rmi {tag}" for tag in library.IMAGES),
-        *(f"network rm {name}" for name in library.NETWORKS),
+        # The images stay: another guardian on this engine (OTHER) still uses them.
+        f"network rm {INSTANCE.cloister('gone')}",
+        *(f"network rm {name}" for name in NETWORKS),
     ]
+    assert OTHER.egress_net in installed.networks.present  # another's: left alone
+    assert installed.images.present == set(library.IMAGES)
+    assert "kept image cloister-proxy:latest: other guardians use it: user " in result.output
+    assert OTHER.id in result.output
     assert not paths.token_file("api").exists()
     assert not paths.token_file("web").exists()
     assert paths.config_file.exists()  # no --purge
@@ -229,29 +267,45 @@ def test_removes_cloisters_guardian_images_and_networks(
         "stopped cloister web",
         "stopped the guardian stack",
         "the host executor was not running",
-        "removed image cloister-proxy:latest",
-        "removed network cloister-control",
+        f"removed network {INSTANCE.control_net}",
         "the `cloister` command stays: `uv tool uninstall cloister-cli` removes it",
     ):
         assert f"{line}\n" in result.output
+
+
+def test_the_images_go_with_the_last_guardian_on_the_engine(
+    env: dict[str, str], installed: FakeEngine
+) -> None:
+    result = run(env, "--yes")
+    assert result.exit_code == 0, result.output
+    assert [line for line in installed.log if line.startswith("rmi ")] == [
+        f"rmi {tag}" for tag in library.IMAGES
+    ]
+    assert "removed image cloister-proxy:latest\n" in result.output
 
 
 def test_removes_the_forwarders_of_cloister_port_before_the_images(
     env: dict[str, str], installed: FakeEngine
 ) -> None:
     for cloister, port in (("api", 8000), ("gone", 3000)):  # "gone": removed without stop
-        labels = {stack.LABEL_FORWARD: cloister, stack.LABEL_FORWARD_PORT: str(port)}
+        labels = {
+            **INSTANCE.labels,
+            stack.LABEL_FORWARD: cloister,
+            stack.LABEL_FORWARD_PORT: str(port),
+        }
         installed.containers.items.append(
-            FakeContainer(stack.forwarder(cloister, port), labels, installed)
+            FakeContainer(INSTANCE.forwarder(cloister, port), labels, installed)
         )
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output
     log = installed.log
     # Stopping a cloister removes its own; the rest go before the image they run.
-    assert log.index("rm cloister-guardian-port-api-8000") == log.index("rm cloister-api") + 1
-    assert log.index("rm cloister-guardian-port-gone-3000") < log.index("rmi cloister-proxy:latest")
-    assert "removed container cloister-guardian-port-gone-3000\n" in result.output
-    assert "network rm cloister-ports" in log
+    api_forwarder = f"rm {INSTANCE.forwarder('api', 8000)}"
+    assert log.index(api_forwarder) + 1 == log.index(f"rm {INSTANCE.cloister('api')}")
+    gone_forwarder = f"rm {INSTANCE.forwarder('gone', 3000)}"
+    assert log.index(gone_forwarder) < log.index("rmi cloister-proxy:latest")
+    assert f"removed container {INSTANCE.forwarder('gone', 3000)}\n" in result.output
+    assert f"network rm {INSTANCE.ports_net}" in log
     assert installed.containers.items == []
 
 
@@ -267,7 +321,7 @@ def test_the_plan_is_shown_and_confirmed_first(
         "  stop every cloister (api, web)",
         "  stop the guardian stack and the host executor",
         f"  remove the images {', '.join(library.IMAGES)}",
-        f"  remove the networks {', '.join(library.NETWORKS)}",
+        f"  remove this guardian's networks ({INSTANCE.project}-...)",
         f"  delete {paths.config_dir}",
         f"  delete {paths.data_dir}",
         "Go ahead? [y/N]: n",
@@ -290,10 +344,10 @@ def test_what_is_already_gone_is_said_and_is_no_failure(
     assert document["unsynced"] == []
     outcomes = {(step["kind"], step["target"]): step["outcome"] for step in document["steps"]}
     assert outcomes == {
-        ("guardian", stack.PROJECT): "absent",
+        ("guardian", INSTANCE.project): "absent",
         ("executor", ""): "absent",
         **{("image", tag): "absent" for tag in library.IMAGES},
-        **{("network", name): "absent" for name in library.NETWORKS},
+        **{("network", name): "absent" for name in NETWORKS},
     }
     assert "image cloister:latest: not present\n" in result.stderr
     assert "the guardian stack was not running\n" in result.stderr
@@ -313,7 +367,7 @@ def test_a_failing_step_does_not_stop_the_others(
         "could not stop the guardian: docker compose down failed: boom",
         "could not remove image cloister-slim:latest: cloister-slim:latest is used by container x",
     ]
-    assert "network rm cloister-net" in installed.log  # went on after both
+    assert f"network rm {INSTANCE.egress_net}" in installed.log  # went on after both
     assert result.stderr.endswith("Error: uninstall incomplete: " + "; ".join(failed) + "\n"), (
         result.stderr
     )
@@ -322,9 +376,12 @@ def test_a_failing_step_does_not_stop_the_others(
 def test_the_guardians_leftover_containers_and_the_executor(
     env: dict[str, str], engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    label = {library.COMPOSE_PROJECT_LABEL: stack.PROJECT}
-    engine.containers.items.append(FakeContainer("cloister-guardian-proxy", label, engine))
+    label = {library.COMPOSE_PROJECT_LABEL: INSTANCE.project, **INSTANCE.labels}
+    engine.containers.items.append(FakeContainer(INSTANCE.service("proxy"), label, engine))
     engine.containers.items.append(FakeContainer("unrelated", {"app": "db"}, engine))
+    # Another user's guardian on the same engine: not this uninstall's.
+    theirs = {library.COMPOSE_PROJECT_LABEL: OTHER.project, **OTHER.labels}
+    engine.containers.items.append(FakeContainer(OTHER.service("proxy"), theirs, engine))
 
     @dataclass
     class State:
@@ -340,9 +397,9 @@ def test_the_guardians_leftover_containers_and_the_executor(
     monkeypatch.setattr(executor_process, "stop", stop)
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output
-    assert "removed container cloister-guardian-proxy\n" in result.output
+    assert f"removed container {INSTANCE.service('proxy')}\n" in result.output
     assert "stopped the host executor (pid 4242)\n" in result.output
-    assert [c.name for c in engine.containers.items] == ["unrelated"]
+    assert [c.name for c in engine.containers.items] == ["unrelated", OTHER.service("proxy")]
     assert len(stopped) == 1
 
 
@@ -580,7 +637,10 @@ def test_a_cloister_whose_commits_cannot_be_brought_back_keeps_the_directories(
 def test_sync_containers_a_killed_sync_left_are_removed(
     env: dict[str, str], installed: FakeEngine
 ) -> None:
-    labels = {stack.LABEL_SYNC: "gone"}  # of a cloister that is gone (a stop removes its own)
+    labels = {
+        **INSTANCE.labels,
+        stack.LABEL_SYNC: "gone",
+    }  # of a cloister that is gone (a stop removes its own)
     installed.containers.items.append(FakeContainer("cloister-sync-api-1", labels, installed))
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output

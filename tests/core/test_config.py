@@ -382,3 +382,19 @@ def test_parse_duration(value: object, seconds: float) -> None:
 def test_parse_duration_refuses(value: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(value)
+
+
+def test_max_held_per_cloister_defaults_and_bounds() -> None:
+    from cloister_core.config.models import GlobalConfig, ProxyConfig
+
+    assert ProxyConfig().max_held_per_cloister == 16
+    assert "max_held_per_cloister: 16" in default_config_text()
+    assert (
+        GlobalConfig.model_validate(
+            {"proxy": {"max_held_per_cloister": 3}}
+        ).proxy.max_held_per_cloister
+        == 3
+    )
+    for bad in (0, 1001, "many"):
+        with pytest.raises(ValueError, match="max_held_per_cloister"):
+            GlobalConfig.model_validate({"proxy": {"max_held_per_cloister": bad}})

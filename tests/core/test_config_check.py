@@ -79,7 +79,7 @@ GLOBAL_CASES = [
         ("private-network", 2, 28, "'0.0.0.0/0' holds every address"),
     ),
     (
-        "proxy:\n  allow_private_networks:\n    - 10.0.0.0/8\n    - ::/0\n",
+        "proxy:\n  allow_private_networks:\n    - 10.1.0.0/16\n    - ::/0\n",
         ("private-network", 4, 7, "'::/0' holds every address"),
     ),
     (
@@ -91,6 +91,42 @@ GLOBAL_CASES = [
         ("private-network", 2, 28, "includes 127.0.0.1, the proxy's own loopback"),
     ),
     ("proxy:\n  allow_private_networks: [192.168.10.0/24]\n", None),
+    ("proxy:\n  allow_private_networks: [10.1.0.0/16, 172.16.5.0/24]\n", None),
+    (
+        "proxy:\n  allow_private_networks: [172.16.0.0/12]\n",
+        (
+            "private-network",
+            2,
+            28,
+            "'172.16.0.0/12' covers Docker's default address pools (172.17.0.0/16 to"
+            " 172.31.0.0/16): the guardian's own networks stay refused anyway, but other"
+            " containers on this Docker engine become reachable from cloisters",
+        ),
+    ),
+    (
+        "proxy:\n  allow_private_networks:\n    - 192.168.0.0/16\n",
+        ("private-network", 3, 7, "pools (192.168.0.0/20 to 192.168.240.0/20)"),
+    ),
+    (
+        "proxy:\n  allow_private_networks: [172.20.0.0/16]\n",
+        ("private-network", 2, 28, "covers Docker's default address pools (172.20.0.0/16)"),
+    ),
+    (
+        "proxy:\n  allow_private_networks: [10.0.0.0/8]\n",
+        (
+            "private-network",
+            2,
+            28,
+            "'10.0.0.0/8' overlaps Cloister's network pool '10.213.0.0/16'"
+            " (guardian.network_pool): the cloisters' networks are the guardian's own and stay"
+            " refused anyway",
+        ),
+    ),
+    (
+        "guardian:\n  network_pool: 10.99.0.0/16\nproxy:\n  allow_private_networks:\n"
+        "    - 10.213.0.0/16\n    - 10.99.4.0/24\n",
+        ("private-network", 6, 7, "'10.99.4.0/24' overlaps Cloister's network pool '10.99.0.0/16'"),
+    ),
 ]
 
 

@@ -6,9 +6,7 @@ import pytest
 
 from cloister_core.errors import CloisterNameError
 from cloister_core.names import (
-    cloister_from_container,
     cloister_name,
-    container_name,
     project_name_from_path,
     sanitize_branch,
     validate_name,
@@ -71,13 +69,9 @@ def test_sanitize_branch_refuses(branch: str) -> None:
         sanitize_branch(branch)
 
 
-def test_cloister_and_container_names() -> None:
+def test_cloister_names() -> None:
     assert cloister_name("my-api") == "my-api"
     assert cloister_name("my-api", "feature/auth") == "my-api-feature-auth"
-    assert container_name("my-api-feature-auth") == "cloister-my-api-feature-auth"
-    assert cloister_from_container("/cloister-my-api") == "my-api"
-    assert cloister_from_container("cloister-guardian") is None
-    assert cloister_from_container("postgres") is None
     with pytest.raises(CloisterNameError, match="reserved"):
         cloister_name("guardian")
     with pytest.raises(CloisterNameError, match="at most 63"):

@@ -8,7 +8,7 @@ DESIGN.md prescribes for hostexec, reduced to what that path needs:
   dir, and the cloister's project directory, all on the host;
 * the executor daemon on the host (``python -m cloister_executor.main serve``), its
   socket and secret under ``<data>/run``;
-* ``cloisternet`` (``--internal`` with ``inhibit_ipv4``: cloister-net's recipe) and
+* ``cloisternet`` (``--internal`` with ``inhibit_ipv4``: the recipe of a cloister's network) and
   ``control`` (a plain bridge);
 * the approval hub on ``control`` (alias ``approval``), published on 127.0.0.1 only;
 * the hostexec gateway on both networks (alias ``cloister-guardian`` on cloisternet), as
@@ -355,7 +355,7 @@ class GuardianStack:
         tokens.chmod(0o755)
 
     def _bind_token(self, container: Container) -> None:
-        """The token file, bound to *container*'s address on cloister-net (as the CLI does)."""
+        """The token file, bound to *container*'s address on its network (as the CLI does)."""
         assert self.record is not None
         assert self.cloisternet is not None
         container.reload()

@@ -1,7 +1,8 @@
 """The hostexec gateway: tokens, argv checks, patterns, the hub, the executor, audit.
 
-The gateway runs under Starlette's TestClient; the executor daemon runs for real on a
-Unix socket in a background thread; manual approvals go to the real approval hub.
+The gateway runs under Starlette's TestClient (or uvicorn, where its client must be able
+to hang up); the executor daemon runs for real on a Unix socket in a background thread;
+manual approvals go to the real approval hub (or a silent one that records its asker).
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import socket
+import struct
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,13 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from cloister_core.decisions import DecisionStore, remove_session_decisions
 from cloister_core.tokens import TokenRecord, write_token_file
 from cloister_executor.daemon import ExecutorDaemon, ExecutorSettings
-from cloister_executor.gateway import GatewaySettings, create_app
+from cloister_executor.gateway import (
+    ClientGoneError,
+    GatewaySettings,
+    _while_connected,
+    create_app,
+)
 from cloister_executor.locations import secret_path, socket_path
 from tests.approval.conftest import CREDENTIAL, Background, LiveHub, wait_for
 
@@ -31,6 +41,7 @@ CONFIG = """hostexec:
     - pattern: "^(echo|pwd|true|printf)( .*)?$"
   manual_approve:
     - pattern: "^git push( .*)?$"
+    - pattern: "^touch [a-z-]+$"
   timeout: 5s
 """
 
@@ -63,7 +74,7 @@ class DaemonThread:
         self._thread.join(10)
 
 
-CLOISTER_IP = "172.30.0.7"  # the cloister's address on cloister-net (its token is bound to it)
+CLOISTER_IP = "172.30.0.7"  # the cloister's address on its network (its token is bound to it)
 
 
 @pytest.fixture
@@ -315,3 +326,228 @@ def test_the_cloisters_own_log(world: dict[str, Any]) -> None:
         ("hostexec.decision", "api"),
     ]
     assert sorted(path.name for path in world["logs"].iterdir()) == ["api.log"]
+
+
+def test_a_command_past_the_cloisters_share_is_refused_with_the_reason(
+    world: dict[str, Any],
+) -> None:
+    config = world["settings"].paths.config_file
+    config.write_text(CONFIG + "proxy:\n  max_held_per_cloister: 1\n", encoding="utf-8")
+    hub: LiveHub = world["hub"]
+    with hub.human() as human:
+        held = Background(
+            lambda: human.post(
+                "/api/v1/service/domains",
+                json={"cloister": "api", "project": "api", "host": "held.test", "port": 443},
+                headers={"Authorization": f"Bearer {CREDENTIAL}"},
+                timeout=30,
+            )
+        )
+        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["domains"])
+        code, body = post(world, {"args": ["git", "push"]})
+        assert (code, body["status"]) == (200, "denied")
+        assert body["reason"].startswith("not asked: the approval hub refused to hold it")
+        assert "max_held_per_cloister: 1" in body["reason"]
+        assert human.get("/api/v1/pending").json()["commands"] == []
+        human.post(
+            f"/api/v1/domains/{item['id']}/decision", json={"action": "deny", "scope": "once"}
+        ).raise_for_status()
+        assert held.join().json()["action"] == "deny"
+
+
+# --- a client that hangs up while its command waits for a human ----------------------------
+
+
+class LiveGateway:
+    """The gateway served by uvicorn on 127.0.0.1: a real connection its client can close."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
+        settings = settings.model_copy(update={"host": "127.0.0.1", "port": self.port})
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, daemon=True)
+        self._thread.start()
+        wait_for(lambda: self.server.started)
+
+    def ask(self, token: str, argv: list[str]) -> socket.socket:
+        """A connection with a request for *argv* sent on it (the answer left unread)."""
+        body = json.dumps({"args": argv}).encode()
+        head = (
+            "POST /request HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"X-Cloister-Token: {token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        client = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        client.sendall(head.encode() + body)
+        return client
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(10)
+
+
+class SilentHub:
+    """A hub that holds the one question it is asked and never answers; it records the
+    request, and whether the asker then closed the connection."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.request = b""
+        self.asked = threading.Event()
+        self.gone = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _peer = self._listener.accept()
+        with conn:
+            conn.settimeout(60)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length: *(\d+)", head)
+            assert length is not None
+            while len(body) < int(length[1]):
+                body += conn.recv(65536)
+            self.request = head + b"\r\n\r\n" + body
+            self.asked.set()
+            try:
+                while conn.recv(65536):
+                    pass
+            except TimeoutError:
+                return  # still connected: not gone
+            except OSError:
+                pass  # reset: gone as well
+            self.gone.set()
+
+    def stop(self) -> None:
+        self._listener.close()
+
+
+def hang_up(client: socket.socket, how: str) -> None:
+    if how == "reset":  # an RST rather than a FIN: the kernel drops the connection
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+
+
+def audit_of(path: Path, request_id: str | None = None) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [line for line in lines if request_id is None or line.get("id") == request_id]
+
+
+@pytest.fixture
+def near(world: dict[str, Any]) -> TokenRecord:
+    """A cloister whose address is 127.0.0.1, where a LiveGateway's clients come from."""
+    record = TokenRecord.create(
+        cloister="near", project="api", path=world["project"], address="127.0.0.1"
+    )
+    write_token_file(world["settings"].config_dir / "tokens", record)
+    return record
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+def test_a_client_that_hangs_up_cancels_its_question(
+    world: dict[str, Any], near: TokenRecord, how: str
+) -> None:
+    """While its command waits for a human the client goes: the gateway closes its
+    request to the hub at once (well before its own timeout), writes why, runs nothing."""
+    hub = SilentHub()
+    settings = world["settings"].model_copy(
+        update={"approval_url": hub.url, "approval_timeout": timedelta(minutes=10)}
+    )
+    gateway = LiveGateway(settings)
+    try:
+        client = gateway.ask(near.secret, ["touch", "ran"])
+        assert hub.asked.wait(10)
+        assert b"POST /api/v1/service/commands " in hub.request
+        assert b'"argv":["touch","ran"]' in hub.request
+        assert not hub.gone.is_set()
+        hang_up(client, how)
+        assert hub.gone.wait(10), "the question to the hub was not cancelled"
+        (gone,) = wait_for(
+            lambda: [r for r in audit_of(world["audit"]) if r.get("status") == "client-gone"]
+        )
+        assert gone == {
+            "time": gone["time"],
+            "event": "hostexec.decision",
+            "id": gone["id"],
+            "cloister": "near",
+            "project": "api",
+            "command": "touch ran",
+            "status": "client-gone",
+            "reason": "the client closed the connection while waiting for approval",
+        }
+        assert [r["event"] for r in audit_of(world["audit"], gone["id"])] == [
+            "hostexec.request",
+            "hostexec.decision",
+        ]
+        assert not (world["project"] / "ran").exists()
+    finally:
+        gateway.stop()
+        hub.stop()
+
+
+def test_the_hub_withdraws_a_command_whose_client_went(
+    world: dict[str, Any], near: TokenRecord
+) -> None:
+    """With the real hub: the pending item leaves the UI, the hub says it was withdrawn,
+    and the gateway goes on serving that client (its slot was given back)."""
+    settings = world["settings"].model_copy(update={"approval_timeout": timedelta(minutes=10)})
+    gateway = LiveGateway(settings)
+    hub: LiveHub = world["hub"]
+    hub_audit = hub.settings.audit_log
+    assert hub_audit is not None
+    try:
+        with hub.human() as human:
+            client = gateway.ask(near.secret, ["touch", "ran"])
+            (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+            assert (item["cloister"], item["argv"]) == ("near", ["touch", "ran"])
+            hang_up(client, "close")
+            wait_for(lambda: not human.get("/api/v1/pending").json()["commands"])
+            assert any(
+                r["event"] == "approval.command.withdrawn" and r["id"] == item["id"]
+                for r in audit_of(hub_audit)
+            )
+            refused = human.post(
+                f"/api/v1/commands/{item['id']}/decision", json={"action": "approve"}
+            )
+            assert refused.status_code >= 400
+            wait_for(
+                lambda: any(r.get("status") == "client-gone" for r in audit_of(world["audit"]))
+            )
+            assert not (world["project"] / "ran").exists()
+
+            # A client that stays gets its command run once a human approves it.
+            with gateway.ask(near.secret, ["touch", "stayed"]) as staying:
+                (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+                human.post(
+                    f"/api/v1/commands/{item['id']}/decision", json={"action": "approve"}
+                ).raise_for_status()
+                reply = staying.makefile("rb").readline()
+            assert reply.startswith(b"HTTP/1.1 200 "), reply
+            assert (world["project"] / "stayed").exists()
+    finally:
+        gateway.stop()
+
+
+def test_a_client_gone_as_the_answer_came_counts_as_gone() -> None:
+    """Both at once (the human approved as the client hung up): nothing runs."""
+
+    async def approved() -> str:
+        return "approve"
+
+    async def gone() -> None:
+        return None
+
+    async def race() -> None:
+        with pytest.raises(ClientGoneError):
+            await _while_connected(gone, approved())
+
+    asyncio.run(race())

@@ -39,6 +39,7 @@ from cloister_core.owngit import EXPORT_OUTPUT, ORIGIN_OBJECTS, Head
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
 from cloister_core.sessions import SessionRecord, read_session, write_session
+from cloister_core.stack import Instance
 from cloister_executor.engine import ContainerSpec, Engine, Finished
 from cloister_executor.gitsync import Syncer, SyncError, SyncOutcome
 from tests.git_support import GIT, hermetic_git
@@ -559,14 +560,14 @@ def running_world(
     tmp_path: Path, docker_client: docker.DockerClient, git_image: str
 ) -> Iterator[tuple[World, Container]]:
     """A cloister whose container runs (the git image, asleep): its name is unique, so
-    ``cloister-<name>`` is never a container of anyone else."""
+    ``cloister-<instance>-<name>`` is never a container of anyone else."""
     world = make_world(tmp_path, cloister=f"synctest-{secrets.token_hex(4)}")
     container: Container = docker_client.containers.run(
         git_image,
         ["infinity"],
         entrypoint=["sleep"],
         detach=True,
-        name=f"cloister-{world.cloister}",
+        name=Instance.of(world.paths, os.getuid()).cloister(world.cloister),
         labels={LABEL: world.cloister},
         network_mode="none",
         user="0:0",

@@ -29,8 +29,8 @@ import httpx
 from cloister_core.audit import AuditLog
 from cloister_core.hub import DomainDecision, DomainRequest
 from cloister_core.tokens import TokenRecord, remove_token_file, write_token_file
-from cloister_proxy.approvals import HttpApprovalHub
-from cloister_proxy.netinfo import own_addresses
+from cloister_proxy.approvals import HUB_LIMITS, HttpApprovalHub
+from cloister_proxy.netinfo import OwnNetworks, own_addresses
 from cloister_proxy.server import ProxyServer
 from cloister_proxy.settings import ProxySettings
 from cloister_proxy.state import ProxyState
@@ -114,21 +114,29 @@ class ProxyHarness:
             "reload_interval": 0.1,
             "approval_url": hub_url,
             "approval_credential": "service-secret" if hub_url else None,
+            # The upstreams of these tests run on loopback, beside the proxy; the tests
+            # of the guardian's networks turn this on.
+            "refuse_own_networks": False,
         }
         settings = ProxySettings(**(values | overrides))
         ready = threading.Event()
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
+            own = tuple(own_addresses())
             state = ProxyState(
-                settings.paths, own_addresses=own_addresses(), report=self.messages.append
+                settings.paths,
+                own_addresses=own,
+                report=self.messages.append,
+                guardian_networks=settings.guardian_networks,
+                own_networks=OwnNetworks(own=own) if settings.refuse_own_networks else None,
             )
             with AuditLog(
                 settings.audit_log,
                 cloister_dir=settings.cloister_logs,
                 report=self.messages.append,
             ) as audit:
-                async with httpx.AsyncClient() as client:
+                async with httpx.AsyncClient(limits=HUB_LIMITS) as client:
                     hub = (
                         HttpApprovalHub(hub_url, settings.credential(), client) if hub_url else None
                     )

@@ -23,6 +23,7 @@ from cloister_proxy.addresses import (
     AddressClass,
     AddressGuard,
     IPAddress,
+    NetworkSet,
     classify,
     parse_address,
 )
@@ -438,3 +439,106 @@ def test_public_addresses_are_public_by_python_too(address: IPAddress) -> None:
         assert address.ipv4_mapped is None
         assert address.sixtofour is None
         assert address.teredo is None
+
+
+# --- never a destination: the guardian's networks and the service's own ------------------
+
+GUARDIAN = [ipaddress.ip_network("10.213.0.0/16"), ipaddress.ip_network("172.30.1.0/24")]
+EVERY_PRIVATE = [
+    ipaddress.ip_network(cidr)
+    for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "::/0")
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10.213.0.5", "guardian-network"),
+        ("10.213.255.255", "guardian-network"),
+        ("172.30.1.9", "guardian-network"),
+        ("::ffff:10.213.0.5", "guardian-network"),  # the mapped form is the same host
+        ("::ffff:172.30.1.9", "guardian-network"),
+    ],
+)
+def test_guardian_networks_are_refused_whatever_allow_private_networks_says(
+    text: str, expected: AddressClass
+) -> None:
+    guard = AddressGuard(EVERY_PRIVATE, guardian_networks=GUARDIAN)
+    result = guard.check(ip(text))
+    assert (result.address_class, result.allowed, result.guardian) == (expected, False, True)
+
+
+@pytest.mark.parametrize("text", ["10.214.0.1", "172.30.2.1", "172.17.0.2", "192.168.1.1"])
+def test_next_to_the_guardian_networks_allow_private_networks_still_counts(text: str) -> None:
+    guard = AddressGuard(EVERY_PRIVATE, guardian_networks=GUARDIAN)
+    result = guard.check(ip(text))
+    assert (result.allowed, result.guardian) == (True, False)
+    assert AddressGuard(guardian_networks=GUARDIAN).check(ip(text)).allowed is False
+
+
+def test_own_networks_are_refused_and_loopback_keeps_its_class() -> None:
+    own = NetworkSet(
+        [
+            ipaddress.ip_network("127.0.0.0/8"),
+            ipaddress.ip_network("::1/128"),
+            ipaddress.ip_network("0.0.0.0/8"),
+            ipaddress.ip_network("172.20.0.0/16"),
+            ipaddress.ip_network("93.184.216.0/24"),  # a network in public space
+            ipaddress.ip_network("fd00:1::/64"),
+        ]
+    )
+    guard = AddressGuard([*EVERY_PRIVATE, ipaddress.ip_network("93.184.216.0/24")])
+    cases = {
+        "127.0.0.1": "loopback",
+        "::1": "loopback",
+        "0.0.0.0": "unspecified",
+        "172.20.5.5": "own-network",
+        "93.184.216.34": "own-network",
+        "fd00:1::7": "own-network",
+        "::ffff:172.20.5.5": "own-network",
+    }
+    for text, expected in cases.items():
+        result = guard.check(ip(text), own)
+        assert (text, result.address_class, result.allowed, result.guardian) == (
+            text,
+            expected,
+            False,
+            True,
+        )
+    # Without the set (read at dial time), the allow list decides as before.
+    assert guard.check(ip("172.20.5.5")).allowed is True
+    assert guard.check(ip("172.21.0.1"), own).allowed is True
+    assert guard.first_refused([ip("172.21.0.1"), ip("172.20.0.9")], own) == AddressCheck(
+        ip("172.20.0.9"), "own-network", allowed=False, guardian=True
+    )
+    assert guard.first_refused([ip("172.21.0.1")], own) is None
+
+
+def test_network_set_membership_and_errors() -> None:
+    networks = NetworkSet([ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("fd00::/8")])
+    assert ip("10.1.2.3") in networks
+    assert ip("::ffff:10.1.2.3") in networks
+    assert ip("10.2.0.0") not in networks
+    assert ip("::ffff:10.2.0.0") not in networks
+    assert ip("fd12::1") in networks
+    assert ip("::10.1.2.3") not in networks  # only the mapped form stands for the IPv4 host
+    assert "10.1.2.3" not in networks  # text is not an address
+    assert bool(NetworkSet()) is False
+    assert repr(networks) == "NetworkSet(['10.1.0.0/16', 'fd00::/8'])"
+    with pytest.raises(TypeError, match=r"needs IP networks, not '10\.0\.0\.0/8'"):
+        NetworkSet(["10.0.0.0/8"])  # type: ignore[list-item]
+
+
+@given(st.ip_addresses(v=4), st.integers(min_value=8, max_value=32))
+def test_an_ipv4_network_holds_exactly_its_mapped_addresses(
+    address: ipaddress.IPv4Address, prefix: int
+) -> None:
+    network = ipaddress.IPv4Network((int(address), prefix), strict=False)
+    networks = NetworkSet([network])
+    mapped = ipaddress.IPv6Address(f"::ffff:{address}")
+    assert (address in networks) is True
+    assert (mapped in networks) is True
+    outside = ipaddress.IPv4Address((int(network.broadcast_address) + 1) % 2**32)
+    if outside not in network:
+        assert outside not in networks
+        assert ipaddress.IPv6Address(f"::ffff:{outside}") not in networks

@@ -150,3 +150,34 @@ def test_refusal_renders_reason_header() -> None:
     auth = gate.AUTH_REQUIRED.render()
     assert b'Proxy-Authenticate: Basic realm="cloister"' in auth
     assert b"X-Cloister-Reason" not in auth
+
+
+def test_a_guardian_network_refusal_says_that_no_setting_opens_it() -> None:
+    check = AddressCheck(
+        parse_address("10.213.0.3"), "guardian-network", allowed=False, guardian=True
+    )
+    refusal = gate.private_address(dest("cloister-guardian-approval"), check)
+    assert (refusal.status, refusal.reason) == (403, "guardian-network")
+    assert refusal.message == (
+        "cloister: cloister-guardian-approval resolves to 10.213.0.3 (guardian-network), one of"
+        " the guardian's own networks, which no cloister may reach"
+        " (proxy.allow_private_networks cannot open it)"
+    )
+
+
+def test_too_many_held_names_the_share_or_the_hubs_reason() -> None:
+    own = gate.too_many_held(dest("h17.test"), 16, 16, "ignored")
+    assert (own.status, own.reason) == (429, "too-many-held")
+    assert own.message == (
+        "cloister: h17.test is not on the allowlist and 16 requests of this cloister already"
+        " wait for a human in the approval UI (proxy.max_held_per_cloister: 16); decide those"
+        " first or retry later"
+    )
+    rendered = own.render()
+    assert rendered.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+    assert b"\r\nX-Cloister-Reason: too-many-held\r\n" in rendered
+    hub = gate.too_many_held(dest("h17.test"), None, None, "cloister 'api' already has 16")
+    assert "the approval hub refused to hold another request (cloister 'api' already has 16)" in (
+        hub.message
+    )
+    assert (gate.CLIENT_GONE.status, gate.CLIENT_GONE.reason) == (499, "client-gone")

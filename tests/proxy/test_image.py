@@ -108,6 +108,9 @@ def stack(
             name=f"proxy-{suffix}",
             network=network.name,
             volumes={str(config): {"bind": "/config", "mode": "ro"}},
+            # The upstream shares the proxy's network here; in the guardian that network
+            # would be the guardian's own and refused (test_server_guardian.py).
+            environment={"CLOISTER_PROXY_REFUSE_OWN_NETWORKS": "false"},
             ports=PUBLISH_ON_LOOPBACK,
             labels=LABELS,
             detach=True,

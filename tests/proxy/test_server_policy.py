@@ -159,6 +159,7 @@ def test_sighup_reloads_a_running_proxy_process(
             str(harness.config_dir),
             "--listen",
             f"127.0.0.1:{port}",
+            "--no-refuse-own-networks",  # the echo server is on loopback
         ],
         env=env,
         stderr=subprocess.PIPE,

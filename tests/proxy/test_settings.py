@@ -68,3 +68,29 @@ def test_unknown_option_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         ProxySettings(_cli_parse_args=["--no-such-option"])
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_guardian_networks_from_a_json_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLOISTER_PROXY_GUARDIAN_NETWORKS", '["10.213.0.0/16", "fd00:c1::/64"]')
+    settings = ProxySettings(_cli_parse_args=[])
+    assert [str(network) for network in settings.guardian_networks] == [
+        "10.213.0.0/16",
+        "fd00:c1::/64",
+    ]
+    assert settings.refuse_own_networks is True  # the default
+    monkeypatch.setenv("CLOISTER_PROXY_REFUSE_OWN_NETWORKS", "false")
+    assert ProxySettings(_cli_parse_args=[]).refuse_own_networks is False
+    assert ProxySettings(_cli_parse_args=["--refuse-own-networks"]).refuse_own_networks is True
+
+
+@pytest.mark.parametrize("value", ['["10.213.0.1/16"]', '"10.213.0.0/16"', '["nonsense"]'])
+def test_guardian_networks_must_be_a_list_of_networks(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("CLOISTER_PROXY_GUARDIAN_NETWORKS", value)
+    with pytest.raises(ValidationError, match="guardian_networks"):
+        ProxySettings(_cli_parse_args=[])
+
+
+def test_no_guardian_networks_by_default() -> None:
+    assert ProxySettings(_cli_parse_args=[]).guardian_networks == ()

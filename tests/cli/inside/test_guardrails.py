@@ -6,6 +6,7 @@ config (global, then the project's), and what ``start --dry-run`` shows. Pure: n
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,6 +32,7 @@ from cloister_cli.inside.guardrails import (
     PROFILE,
     PROFILE_SNIPPET,
     PROTECTED_VARIABLE,
+    WRAPPER,
     WRAPPER_DIR,
     Guardrails,
     GuardrailsError,
@@ -40,6 +42,7 @@ from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig, GitGuardrailsConfig, GlobalConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
+from tests.cli.engine_support import INSTANCE
 from tests.git_support import hermetic_git, make_repo
 
 IMAGE_PATH = "/usr/local/go/bin:/home/cloister/go/bin:/usr/local/bin:/usr/bin:/bin"
@@ -60,6 +63,7 @@ def plan_for(
         workspace,
         "api",
         cloisters.new_token(workspace, "api"),
+        instance=INSTANCE,
         image="cloister-slim:latest",
         limits=DefaultsConfig(),
         refs=(),
@@ -198,6 +202,25 @@ def test_the_profile_snippet_puts_the_wrapper_first_again(shell: str) -> None:
         f"{BIN}:/usr/local/bin:/usr/bin:/bin",  # read twice: once on PATH
         BIN,
     ]
+
+
+# -- no secret in a command line ---------------------------------------------------------
+
+# A variable that holds a secret in a cloister: its token, the proxy URLs (the token is
+# their password), an agent's key or token for the credential gateway.
+SECRET_VARIABLE = re.compile(r"\$\{?[A-Za-z0-9_]*(?:TOKEN|PROXY|proxy|KEY|SECRET|CREDENTIAL)")
+
+
+def test_what_the_guardrails_put_inside_reads_no_secret() -> None:
+    """Issue 19: a cloister's processes are host processes, whose arguments every host
+    user can read (/proc/PID/cmdline). The files the guardrails mount read no variable
+    that holds a secret, so none can end up in the command lines they run (the wrapper
+    runs git with the agent's own arguments)."""
+    files = [*sorted(WRAPPER_DIR.iterdir()), PROFILE_SNIPPET]
+    assert WRAPPER in files
+    for path in files:
+        found = SECRET_VARIABLE.findall(path.read_text(encoding="utf-8"))
+        assert not found, (path, found)
 
 
 # -- the config, and the dry run ---------------------------------------------------------

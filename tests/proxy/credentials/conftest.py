@@ -19,7 +19,7 @@ from cloister_core.tokens import TokenRecord, write_token_file
 from cloister_proxy.credentials.server import CredentialGateway
 from cloister_proxy.credentials.settings import CredentialSettings
 from cloister_proxy.credentials.state import CredentialState
-from cloister_proxy.netinfo import own_addresses
+from cloister_proxy.netinfo import OwnNetworks, own_addresses
 from tests.proxy.support import LOCAL_ALLOW, TIMEOUT, wait_until
 
 REAL_KEY = "sk-ant-api03-the-real-key-0123456789"
@@ -72,14 +72,22 @@ class GatewayHarness:
             "data_dir": self.paths.data_dir,
             "listen": "127.0.0.1:0",
             "audit_log": self.audit_path,
+            # The fake vendors run on loopback, beside the gateway.
+            "refuse_own_networks": False,
         }
         settings = CredentialSettings(**(values | overrides))
         ready = threading.Event()
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
+            own = tuple(own_addresses())
             state = CredentialState(
-                settings.paths, settings.secrets, own_addresses(), self.messages.append
+                settings.paths,
+                settings.secrets,
+                own,
+                self.messages.append,
+                guardian_networks=settings.guardian_networks,
+                own_networks=OwnNetworks(own=own) if settings.refuse_own_networks else None,
             )
             with AuditLog(settings.audit_log) as audit:
                 self.gateway = CredentialGateway(settings, state, audit, self.messages.append)

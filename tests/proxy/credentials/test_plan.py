@@ -278,30 +278,122 @@ def test_only_the_model_api_is_forwarded(agent: str, path: str) -> None:
     refusal = decide(f"POST /{agent}{path} HTTP/1.1\nHost: x\n{header}: {value}\n")
     assert isinstance(refusal, Refusal)
     assert (refusal.status, refusal.reason) == (403, "path")
-    assert "model API" in refusal.message
+    assert f"POST {path!r} is not a call {agent} makes" in refusal.message
+    assert refusal.record == RECORD  # audited as the cloister that tried
 
 
 @pytest.mark.parametrize(
-    ("agent", "path"),
+    ("agent", "method", "path"),
     [
-        ("claude", "/v1/messages?beta=true"),
-        ("claude", "/v1/messages/count_tokens"),
-        ("claude", "/v1/models"),
-        ("claude", "/v1/models/claude-opus-4-1@20250805"),
-        ("codex", "/v1/responses"),
-        ("codex", "/v1/responses/compact"),
-        ("codex", "/v1/models?client_version=0.169.0"),
-        ("gemini", "/v1beta/models/gemini-2.5-flash-lite:generateContent"),
-        ("gemini", "/v1beta/models/gemini-2.5-pro:countTokens"),
-        ("gemini", "/v1beta/models"),
+        ("claude", "POST", "/v1/messages?beta=true"),
+        ("claude", "POST", "/v1/messages/count_tokens"),
+        ("claude", "GET", "/v1/models?beta=true&limit=100"),
+        ("claude", "GET", "/v1/models/claude-opus-4-1@20250805"),
+        ("codex", "POST", "/v1/responses"),
+        ("codex", "POST", "/v1/responses/compact"),
+        ("codex", "GET", "/v1/models?client_version=0.169.0"),
+        ("gemini", "POST", "/v1beta/models/gemini-2.5-flash-lite:generateContent"),
+        ("gemini", "POST", "/v1beta/models/gemini-2.5-pro:countTokens"),
     ],
 )
-def test_what_the_agents_call_is_forwarded(agent: str, path: str) -> None:
+def test_what_the_agents_call_is_forwarded(agent: str, method: str, path: str) -> None:
     header = {"claude": "x-api-key", "codex": "Authorization", "gemini": "x-goog-api-key"}[agent]
     value = f"Bearer {TOKEN}" if header == "Authorization" else TOKEN
-    assert isinstance(
-        decide(f"POST /{agent}{path} HTTP/1.1\nHost: x\n{header}: {value}\n"), Forward
+    forward = decide(f"{method} /{agent}{path} HTTP/1.1\nHost: x\n{header}: {value}\n")
+    assert isinstance(forward, Forward)
+    assert sent_head(forward)[0] == f"{method} {path} HTTP/1.1"
+
+
+@pytest.mark.parametrize(
+    ("agent", "raw", "status", "reason"),
+    [
+        # the attacks that were found: a model deleted, stored completions listed
+        ("codex", "DELETE /codex/v1/models/ft:gpt-4o:acme:x", 405, "method"),
+        ("codex", "GET /codex/v1/chat/completions?limit=100", 403, "path"),
+        ("claude", "DELETE /claude/v1/models/x", 405, "method"),
+        ("gemini", "DELETE /gemini/v1beta/models/x", 405, "method"),
+        ("gemini", "GET /gemini/v1beta/models", 405, "method"),
+        ("claude", "POST /claude/v1/messages?beta=true&_method=DELETE", 403, "query"),
+    ],
+)
+def test_the_found_attacks_are_refused_and_say_method_and_path(
+    agent: str, raw: str, status: int, reason: str
+) -> None:
+    header = {"claude": "x-api-key", "codex": "Authorization", "gemini": "x-goog-api-key"}[agent]
+    value = f"Bearer {TOKEN}" if header == "Authorization" else TOKEN
+    refusal = decide(f"{raw} HTTP/1.1\nHost: x\n{header}: {value}\n")
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason, refusal.record) == (status, reason, RECORD)
+    method = raw.split(maxsplit=1)[0]
+    assert method in refusal.message
+
+
+@pytest.mark.parametrize(
+    ("agent", "path", "key", "selectors"),
+    [
+        ("claude", "/v1/messages", f"x-api-key: {TOKEN}", ["anthropic-organization: org-b"]),
+        (
+            "codex",
+            "/v1/responses",
+            f"Authorization: Bearer {TOKEN}",
+            ["OpenAI-Organization: org-b", "OpenAI-Project: proj_b"],
+        ),
+        (
+            "gemini",
+            "/v1beta/models/g:generateContent",
+            f"x-goog-api-key: {TOKEN}",
+            ["x-goog-user-project: project-b"],
+        ),
+    ],
+)
+def test_the_agent_cannot_choose_the_organisation_or_project(
+    agent: str, path: str, key: str, selectors: list[str]
+) -> None:
+    other_key = "x-goog-api-key" if agent == "claude" else "x-api-key"  # another vendor's
+    extra = [*selectors, "Cookie: a=b", "X-Forwarded-For: 10.0.0.1", f"{other_key}: sk-other"]
+    forward = decide(
+        f"POST /{agent}{path} HTTP/1.1\nHost: x\n{key}\nuser-agent: cli/1\n"
+        + "".join(f"{line}\n" for line in extra)
+        + "Content-Length: 0\n"
     )
+    assert isinstance(forward, Forward)
+    names = [name.lower() for name, _ in sent_head(forward)[1]]
+    expected = forward.provider.upstream_headers("api-key", REAL)[0][0]
+    assert names == ["host", "user-agent", "content-length", expected]
+    assert list(forward.dropped) == [line.split(":", 1)[0].lower() for line in extra]
+    assert b"org-b" not in forward.head
+    assert b"sk-other" not in forward.head
+
+
+def test_a_method_override_header_is_refused() -> None:
+    refusal = decide(
+        f"POST /codex/v1/responses HTTP/1.1\nHost: x\nAuthorization: Bearer {TOKEN}\n"
+        "X-HTTP-Method-Override: DELETE\n"
+    )
+    assert isinstance(refusal, Refusal)
+    assert (refusal.status, refusal.reason) == (403, "method-override")
+
+
+@pytest.mark.parametrize(
+    ("agent", "shape"),
+    [
+        ("claude", {"type": "error", "error": {"type": "permission_error", "message": "m"}}),
+        (
+            "codex",
+            {
+                "error": {
+                    "message": "m",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "path",
+                }
+            },
+        ),
+        ("gemini", {"error": {"code": 403, "message": "m", "status": "PERMISSION_DENIED"}}),
+    ],
+)
+def test_a_refusal_is_shaped_as_the_vendors_errors(agent: str, shape: object) -> None:
+    assert json.loads(Refusal(403, "m", "path").body(PROVIDERS[agent])) == shape
 
 
 def test_the_framing_is_sent_as_parsed() -> None:
@@ -316,6 +408,28 @@ def test_the_framing_is_sent_as_parsed() -> None:
     empty = decide(f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n")
     assert isinstance(empty, Forward)
     assert ("Content-Length", "0") in sent_head(empty)[1]
+
+
+@pytest.mark.parametrize(
+    ("sent", "body", "expected"),
+    [
+        ("Expect: 100-Continue", "Content-Length: 2", True),
+        ("Expect: 100-continue", "Transfer-Encoding: chunked", True),
+        ("Expect: 100-continue", "", False),  # no body to wait for
+        ("Expect: something-else", "Content-Length: 2", False),
+        ("Expect: 100-continue\nExpect: 100-continue", "Content-Length: 2", False),
+    ],
+)
+def test_the_gateway_answers_expect_100_continue_itself(
+    sent: str, body: str, expected: bool
+) -> None:
+    forward = decide(
+        f"POST /claude/v1/messages HTTP/1.1\nHost: x\nx-api-key: {TOKEN}\n{sent}\n{body}\n"
+    )
+    assert isinstance(forward, Forward)
+    assert forward.expects_continue is expected
+    assert b"expect" not in forward.head.lower()
+    assert forward.dropped == ()
 
 
 @pytest.mark.parametrize("peer", ["172.30.0.6", "::ffff:172.30.0.6", "garbage"])

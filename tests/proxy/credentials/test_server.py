@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -17,8 +19,11 @@ from tests.proxy.support import (
     HttpExchange,
     HttpUpstream,
     ThreadedServer,
+    is_closed,
+    parse_head,
     read_head,
     read_response,
+    wait_until,
 )
 
 SSE_EVENTS = [
@@ -142,6 +147,68 @@ def test_a_chunked_request_body_is_relayed(
     )
     assert response.status_code == 200
     assert upstream.received[-1].body == b'{"a": 1}'
+
+
+def test_chunk_extensions_and_trailers_never_reach_the_upstream(
+    gateway: GatewayHarness, upstream: HttpUpstream, token: TokenRecord
+) -> None:
+    head = (
+        "POST /claude/v1/messages HTTP/1.1\r\nHost: x\r\n"
+        f"x-api-key: {token.secret}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    with socket.create_connection(gateway.address, timeout=TIMEOUT) as sock:
+        sock.sendall(head + b'6;ext=one\r\n{"a": \r\n')
+        # the first chunk goes on before the rest of the body is sent: still streamed
+        wait_until(lambda: b'{"a": ' in b"".join(upstream.raw), what="the first chunk")
+        sock.sendall(b'2 ; x="y;z"\r\n1}\r\n0;end\r\nX-Trailer: t\r\nCookie: c=1\r\n\r\n')
+        response = read_response(sock)
+    assert response.status == 200
+    assert upstream.received[-1].body == b'{"a": 1}'
+    raw = b"".join(upstream.raw)
+    assert raw.endswith(b'\r\n\r\n6\r\n{"a": \r\n2\r\n1}\r\n0\r\n\r\n')
+    for client_framing in (b"ext", b"x=", b"end", b"X-Trailer", b"Cookie"):
+        assert client_framing not in raw
+
+
+def test_a_client_that_waits_for_100_continue_gets_it_from_the_gateway(
+    gateway: GatewayHarness, upstream: HttpUpstream, token: TokenRecord
+) -> None:
+    head = (
+        "POST /claude/v1/messages HTTP/1.1\r\nHost: x\r\n"
+        f"x-api-key: {token.secret}\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+    ).encode()
+    with socket.create_connection(gateway.address, timeout=TIMEOUT) as sock:
+        sock.sendall(head)
+        interim, rest = read_head(sock)
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        sock.sendall(b"{}")
+        response = read_response(sock, rest)
+    assert response.status == 200
+    assert upstream.received[-1].body == b"{}"
+    assert b"expect" not in b"".join(upstream.raw).lower()
+
+
+def test_selectors_of_who_the_key_acts_for_never_reach_the_upstream_and_are_audited(
+    gateway: GatewayHarness, upstream: HttpUpstream, token: TokenRecord
+) -> None:
+    response = messages(
+        gateway,
+        token.secret,
+        **{
+            "anthropic-organization": "org-other",
+            "anthropic-beta": "claude-code-20250219",
+            "Cookie": "session=1",
+            "X-Forwarded-For": "10.0.0.1",
+        },
+    )
+    assert response.status_code == 200
+    (exchange,) = upstream.received
+    names = {name.lower() for name, _ in exchange.headers}
+    assert {"anthropic-version", "anthropic-beta", "x-api-key"} <= names
+    assert not names & {"anthropic-organization", "cookie", "x-forwarded-for"}
+    (line,) = gateway.wait_for_audit(1)
+    assert line["status"] == 200
+    assert line["dropped_headers"] == ["anthropic-organization", "cookie", "x-forwarded-for"]
 
 
 class SseUpstream:
@@ -323,3 +390,184 @@ def test_unauthenticated_connections_are_limited_per_address(
     finally:
         for sock in idle:
             sock.close()
+
+
+def answer_at_once(conn: socket.socket) -> None:
+    """An upstream that answers each request after its head and reads its body after
+    (quietly until EOF): what the gateway does with a slow body is up to the gateway."""
+    buffer = b""
+    while True:
+        try:
+            head, buffer = read_head(conn, buffer)
+        except ConnectionError:
+            return
+        length = int(
+            parse_head(b"HTTP/1.1 0 x\r\n" + head.partition(b"\r\n")[2])[1].get(
+                "content-length", "0"
+            )
+        )
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        while len(buffer) < length:
+            data = conn.recv(65536)
+            if not data:
+                return
+            buffer += data
+        buffer = buffer[length:]
+
+
+@pytest.fixture
+def patient() -> Iterator[ThreadedServer]:
+    server = ThreadedServer(answer_at_once)
+    yield server
+    server.close()
+
+
+def slow_head(key: str) -> bytes:
+    """A forwarded request's head, and the first byte of a body it holds back."""
+    return (
+        b"POST /claude/v1/messages HTTP/1.1\r\nHost: x\r\n"
+        + f"x-api-key: {key}\r\n".encode()
+        + b"Content-Length: 100\r\n\r\n{"
+    )
+
+
+def slow_body(gateway: GatewayHarness, key: str) -> socket.socket:
+    sock = socket.create_connection(gateway.address, timeout=TIMEOUT)
+    sock.sendall(slow_head(key))
+    return sock
+
+
+@pytest.mark.parametrize(
+    ("agent", "header", "raw"),
+    [
+        ("codex", "Authorization: Bearer {}", "DELETE /codex/v1/models/ft:gpt-4o:acme:x"),
+        ("codex", "Authorization: Bearer {}", "GET /codex/v1/chat/completions?limit=100"),
+        ("claude", "x-api-key: {}", "DELETE /claude/v1/models/x"),
+        ("gemini", "x-goog-api-key: {}", "DELETE /gemini/v1beta/models/x"),
+    ],
+)
+def test_calls_the_agents_never_make_are_refused_and_audited(
+    gateway: GatewayHarness, upstream: HttpUpstream, agent: str, header: str, raw: str
+) -> None:
+    gateway.configure(f"http://127.0.0.1:{upstream.port}")
+    gateway.store(agent)
+    record = gateway.add_token()
+    gateway.start()
+    method, target = raw.split()
+    response = httpx.request(
+        method,
+        f"{gateway.url}{target}",
+        headers=dict([header.format(record.secret).split(": ", 1)]),
+        timeout=TIMEOUT,
+    )
+    assert response.status_code in (403, 405)
+    assert "cloister:" in json.dumps(response.json())
+    assert upstream.received == []
+    (line,) = gateway.wait_for_audit(1)
+    path = target.split("?", 1)[0]
+    assert (line["cloister"], line["method"], line["path"]) == ("api", method, path)
+    assert line["reason"] in ("method", "path")
+
+
+def test_a_cloister_is_capped_for_the_life_of_its_connections_and_another_is_served(
+    gateway: GatewayHarness, patient: ThreadedServer
+) -> None:
+    gateway.configure(f"http://127.0.0.1:{patient.port}")
+    gateway.store()
+    record = gateway.add_token()
+    other = gateway.add_token("web", address="127.0.0.2")
+    gateway.start(max_connections_per_cloister=3)
+    opened = [socket.create_connection(gateway.address, timeout=TIMEOUT) for _ in range(4)]
+    try:
+        for sock in opened[:3]:
+            sock.sendall(slow_head(record.secret))
+        wait_until(lambda: patient.connections == 3, what="three upstream connections")
+        # The fourth, opened before the cloister was full: refused at its request.
+        opened[3].sendall(slow_head(record.secret))
+        response = read_response(opened[3])
+        assert response.status == 429
+        assert response.headers["x-cloister-reason"] == "connections"
+        assert json.loads(response.body)["error"]["type"] == "rate_limit_error"
+        # Now the cloister's address is known to be full: a fifth is refused at once.
+        with socket.create_connection(gateway.address, timeout=TIMEOUT) as fifth:
+            assert read_response(fifth).status == 429
+        web = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(base_url=gateway.url, timeout=TIMEOUT, transport=web) as client:
+            served = client.post(
+                "/claude/v1/messages", headers={"x-api-key": other.secret}, content=b"{}"
+            )
+        assert served.status_code == 200
+        assert patient.connections == 4  # the three held, and the other cloister's
+        opened.pop(0).close()  # one held connection closes: room for one more
+        wait_until(lambda: gateway.gateway is not None and gateway.gateway.held("api") == 2)
+        assert messages(gateway, record.secret).status_code == 200
+    finally:
+        for sock in opened:
+            sock.close()
+    refused = [line for line in gateway.audit() if line.get("reason") == "connections"]
+    assert [(line["cloister"], line["status"]) for line in refused] == [("api", 429)]
+    assert any("holds 3 connections" in message for message in gateway.messages)
+
+
+def test_a_slow_body_is_cut_off_after_the_body_timeout(
+    gateway: GatewayHarness, patient: ThreadedServer
+) -> None:
+    gateway.configure(f"http://127.0.0.1:{patient.port}")
+    gateway.store()
+    record = gateway.add_token()
+    gateway.start(body_timeout=0.5)
+    with slow_body(gateway, record.secret) as sock:
+        for _ in range(4):  # a byte now and then does not extend it
+            time.sleep(0.2)
+            with contextlib.suppress(OSError):
+                sock.sendall(b" ")
+        assert is_closed(sock)
+    (line,) = gateway.wait_for_audit(1)
+    assert (line["cloister"], line["status"]) == ("api", 408)
+    wait_until(lambda: gateway.gateway is not None and gateway.gateway.held("api") == 0)
+
+
+def test_a_kept_alive_connection_sends_its_next_head_within_the_header_timeout(
+    gateway: GatewayHarness, upstream: HttpUpstream
+) -> None:
+    gateway.configure(f"http://127.0.0.1:{upstream.port}")
+    gateway.store()
+    token = gateway.add_token()
+    gateway.start(header_timeout=0.3, idle_timeout=60)
+    with socket.create_connection(gateway.address, timeout=TIMEOUT) as sock:
+        request = (
+            b"POST /claude/v1/messages HTTP/1.1\r\nHost: x\r\n"
+            + f"x-api-key: {token.secret}\r\n".encode()
+            + b"Content-Length: 2\r\n\r\n{}"
+        )
+        sock.sendall(request)
+        assert read_response(sock).status == 200
+        time.sleep(0.5)  # idle between requests: allowed
+        sock.sendall(b"POST /claude/v1/mess")  # then the head comes too slowly
+        assert is_closed(sock)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"refuse_own_networks": True}, id="own-networks"),
+        pytest.param({"guardian_networks": ["127.0.0.0/8"]}, id="guardian-networks"),
+    ],
+)
+def test_the_guardians_networks_are_never_an_upstream(
+    gateway: GatewayHarness, upstream: HttpUpstream, overrides: dict[str, object]
+) -> None:
+    # allow_private_networks opens loopback, but the guardian's networks stay closed.
+    gateway.configure(f"http://localhost:{upstream.port}", private=True)
+    gateway.store()
+    record = gateway.add_token()
+    gateway.start(**overrides)
+    response = messages(gateway, record.secret)
+    assert response.status_code == 502
+    message = response.json()["error"]["message"]
+    assert "one of the guardian's own networks, which is never an upstream" in message
+    assert "(loopback)" in message
+    assert upstream.received == []
+    (line,) = gateway.wait_for_audit(1)
+    assert line["status"] == 502
+    assert "guardian's own networks" in line["reason"]

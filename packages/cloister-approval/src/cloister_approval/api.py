@@ -1,7 +1,9 @@
 """The human's JSON API under ``/api/v1`` (the UI uses it; so does ``cloister approvals``).
 
-Every route but ``/health`` needs the hub secret or the browser cookie
-(:mod:`cloister_approval.security`); refusals are raised and answered by
+Every route but ``/health`` (and ``/login``, :mod:`cloister_approval.login`) needs the
+hub secret or a browser session token (:mod:`cloister_approval.security`), and every
+decision names which one made it. ``?cloister=NAME`` narrows the pending items and the
+decisions to one cloister. Refusals are raised and answered by
 :mod:`cloister_approval.handlers`.
 """
 
@@ -13,7 +15,8 @@ from starlette.routing import Route
 
 from cloister_approval.http import json_response, read_model
 from cloister_approval.hub import ApprovalHub
-from cloister_approval.models import CommandDecisionIn, DomainDecisionIn
+from cloister_approval.models import CommandDecisionIn, DomainDecisionIn, PendingOut
+from cloister_approval.security import credential
 from cloister_core.hubauth import HEALTH_PATH
 from cloister_core.names import validate_name
 
@@ -27,28 +30,52 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok", "pending": _hub(request).pending_count()})
 
 
+def cloister_filter(request: Request) -> str | None:
+    """``?cloister=NAME`` (validated), or None for every cloister."""
+    name = request.query_params.get("cloister", "")
+    return validate_name(name, what="cloister name") if name else None
+
+
+def pending_of(hub: ApprovalHub, cloister: str | None) -> PendingOut:
+    """What waits, of *cloister* only when one is given."""
+    out = hub.pending()
+    if cloister is None:
+        return out
+    return PendingOut(
+        domains=[item for item in out.domains if item.cloister == cloister],
+        commands=[item for item in out.commands if item.cloister == cloister],
+    )
+
+
 async def pending(request: Request) -> Response:
-    return json_response(_hub(request).pending())
+    return json_response(pending_of(_hub(request), cloister_filter(request)))
 
 
 async def decide_domain(request: Request) -> Response:
     decision = await read_model(request, DomainDecisionIn)
-    out = await _hub(request).decide_domain(request.path_params["item_id"], decision)
+    out = await _hub(request).decide_domain(
+        request.path_params["item_id"], decision, decided_by=credential(request)
+    )
     return json_response(out)
 
 
 async def decide_command(request: Request) -> Response:
     decision = await read_model(request, CommandDecisionIn)
-    out = await _hub(request).decide_command(request.path_params["item_id"], decision)
+    out = await _hub(request).decide_command(
+        request.path_params["item_id"], decision, decided_by=credential(request)
+    )
     return json_response(out)
 
 
 async def decisions(request: Request) -> Response:
-    return json_response(_hub(request).recent())
+    return json_response(_hub(request).recent(cloister_filter(request)))
 
 
 async def undo(request: Request) -> Response:
-    return json_response(await _hub(request).undo(request.path_params["decision_id"]))
+    out = await _hub(request).undo(
+        request.path_params["decision_id"], undone_by=credential(request)
+    )
+    return json_response(out)
 
 
 async def effective_rules(request: Request) -> Response:

@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from cloister_approval import api, login, openapi, service, ui
-from cloister_approval.auth import HubAuth
+from cloister_approval.auth import HubAuth, Revocations
 from cloister_approval.broadcast import Broadcaster
 from cloister_approval.handlers import HANDLERS
 from cloister_approval.headers import HubApp
@@ -59,7 +59,12 @@ def create_app(settings: ApprovalSettings) -> Starlette:
         suffixes=PublicSuffixes(),
         audit=audit,
     )
-    auth = HubAuth(secret, cookie_lifetime=settings.cookie_lifetime)
+    sessions = settings.sessions_dir
+    auth = HubAuth(
+        secret,
+        session_lifetime=settings.session_lifetime,
+        revocations=Revocations(sessions, _report) if sessions is not None else None,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -91,6 +96,7 @@ def create_app(settings: ApprovalSettings) -> Starlette:
     app.state.settings = settings
     app.state.hub = hub
     app.state.auth = auth
+    app.state.audit = audit
     app.state.renderer = ui.Renderer(ui.template_environment())
     app.state.openapi = openapi.openapi_document()
     return app

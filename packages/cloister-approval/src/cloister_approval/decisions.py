@@ -134,7 +134,7 @@ class DecisionLog:
     def cloisters_of(self, project: str) -> set[str]:
         return {record.out.cloister for record in self._recent if record.out.project == project}
 
-    async def undo(self, decision_id: str) -> DecisionOut:
+    async def undo(self, decision_id: str, *, undone_by: str) -> DecisionOut:
         """Remove exactly the entry the decision wrote; the decision as it now reads."""
         record = next((r for r in self._recent if r.out.id == decision_id), None)
         if record is None:
@@ -150,6 +150,11 @@ class DecisionLog:
         except (OSError, CloisterError) as error:
             raise HubError(f"could not undo: {error}") from None
         record.out = record.out.model_copy(
-            update={"undone": True, "undoable": False, "summary": f"Undone: {record.out.summary}"}
+            update={
+                "undone": True,
+                "undoable": False,
+                "summary": f"Undone: {record.out.summary}",
+                "undone_by": undone_by,
+            }
         )
         return record.out

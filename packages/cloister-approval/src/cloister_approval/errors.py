@@ -30,3 +30,9 @@ class ConflictError(HubError):
 
 class BusyError(HubError):
     status = 503
+
+
+class TooManyHeldError(HubError):
+    """One cloister's fair share of held requests is used up: refused, not queued."""
+
+    status = 429

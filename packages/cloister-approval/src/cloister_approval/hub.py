@@ -3,10 +3,11 @@
 A service caller (the proxy for a domain, the hostexec gateway for a command) calls
 :meth:`ApprovalHub.request_domain` / :meth:`request_command` and waits; the item is
 pending (:mod:`~cloister_approval.pending`) until a human decides through the API, it
-expires, or its cloister's token goes away. Decisions are written and undone by
-:mod:`~cloister_approval.decisions`; session rules and the effective views are in
-:mod:`~cloister_approval.effective`. Every change is published to the
-:class:`Broadcaster` for the UI.
+expires, its cloister's token goes away, or its caller goes away (withdrawn). One
+cloister holds at most ``proxy.max_held_per_cloister`` items (429 past it). Decisions
+are written and undone by :mod:`~cloister_approval.decisions`; session rules and the
+effective views are in :mod:`~cloister_approval.effective`. Every change is published
+to the :class:`Broadcaster` for the UI.
 
 The cloisters are the token files of ``<config>/tokens`` (read-only), read through
 cloister-core's :class:`~cloister_core.watch.TokenDirectory` as the proxy and the
@@ -29,7 +30,7 @@ from typing import Any
 from cloister_approval.broadcast import Broadcaster, Event
 from cloister_approval.decisions import DecisionLog, DecisionRecord
 from cloister_approval.effective import effective_line, effective_rules
-from cloister_approval.errors import HubError
+from cloister_approval.errors import HubError, TooManyHeldError
 from cloister_approval.models import (
     CommandDecisionIn,
     DecisionOut,
@@ -37,7 +38,7 @@ from cloister_approval.models import (
     EffectiveRulesOut,
     PendingOut,
 )
-from cloister_approval.pending import Pending, PendingBook
+from cloister_approval.pending import HeldLimit, Make, Pending, PendingBook
 from cloister_core.audit import AuditLog
 from cloister_core.commands import canonical_command
 from cloister_core.config.models import RuleEntry
@@ -87,7 +88,13 @@ class ApprovalHub:
         self._suffixes = suffixes
         self._audit = audit
         self._clock = clock
-        self._pending = PendingBook(max_pending=max_pending, clock=clock, on_expired=self._expired)
+        self._pending = PendingBook(
+            max_pending=max_pending,
+            clock=clock,
+            on_expired=self._expired,
+            on_withdrawn=self._withdrawn,
+        )
+        self._held_limit = HeldLimit(paths, report)
         self._decisions = DecisionLog(paths, recent_limit=recent_limit)
         self._sessions = SessionBook(paths, report)
         self._tokens = TokenDirectory(paths.tokens_dir, report)
@@ -105,6 +112,23 @@ class ApprovalHub:
     def _expired(self, item: Pending[Any]) -> None:
         self._publish(f"{item.kind}-removed", id=item.id, outcome="expired")
         self._log(f"approval.{item.kind}.expired", id=item.id, cloister=item.cloister)
+
+    def _withdrawn(self, item: Pending[Any]) -> None:
+        # Its requester hung up (the agent's connection to the proxy closed).
+        self._publish(f"{item.kind}-removed", id=item.id, outcome="withdrawn")
+        self._log(f"approval.{item.kind}.withdrawn", id=item.id, cloister=item.cloister)
+
+    def _open(
+        self, key: tuple[str, ...], make: Make, timeout: timedelta, cloister: str, kind: str
+    ) -> tuple[Pending[Any], bool]:
+        """:meth:`PendingBook.open` with the cloister's fair share; a refusal is audited."""
+        limit = self._held_limit()
+        try:
+            return self._pending.open(key, make, timeout, cloister=cloister, per_cloister=limit)
+        except TooManyHeldError:
+            self._log(f"approval.{kind}.refused", cloister=cloister, reason="too-many-held",
+                      held=self._pending.held(cloister), limit=limit)  # fmt: skip
+            raise
 
     # -- tokens --------------------------------------------------------------------------
 
@@ -162,7 +186,7 @@ class ApprovalHub:
                 wildcard=str(wildcard) if wildcard else None,
             )
 
-        item, created = self._pending.open(key, make, self._domain_timeout)
+        item, created = self._open(key, make, self._domain_timeout, request.cloister, "domain")
         if created:
             self._log("approval.domain.requested", id=item.id, cloister=item.cloister,
                       project=item.project, host=item.host, port=item.port)  # fmt: skip
@@ -170,7 +194,9 @@ class ApprovalHub:
         seconds = self._pending.remaining(item, request.wait_seconds)
         return await self._pending.wait(item, seconds, DomainDecision(action="timeout"))
 
-    async def decide_domain(self, item_id: str, decision: DomainDecisionIn) -> DecisionOut:
+    async def decide_domain(
+        self, item_id: str, decision: DomainDecisionIn, *, decided_by: str
+    ) -> DecisionOut:
         self.refresh_tokens()
         item = self._pending.lookup(item_id, "domain")
         if decision.wildcard and item.wildcard is None:
@@ -216,11 +242,13 @@ class ApprovalHub:
             warning=saved.warning,
             undoable=saved.written is not None,
             undone=False,
+            decided_by=decided_by,
         )
         self._decisions.remember(DecisionRecord(out, saved.written))
         self._log("approval.domain.decided", id=item.id, cloister=item.cloister,
                   project=item.project, host=item.host, action=decision.action, scope=scope,
-                  rule=entry.target, file=out.file, warning=saved.warning)  # fmt: skip
+                  rule=entry.target, file=out.file, warning=saved.warning,
+                  decided_by=decided_by)  # fmt: skip
         self._publish("domain-removed", id=item.id, outcome="decided")
         self._publish("decision", decision=out.model_dump(mode="json"))
         return out
@@ -249,7 +277,7 @@ class ApprovalHub:
                 cwd=request.cwd,
             )
 
-        item, created = self._pending.open(key, make, self._command_timeout)
+        item, created = self._open(key, make, self._command_timeout, request.cloister, "command")
         if created:
             self._log("approval.command.requested", id=item.id, cloister=item.cloister,
                       project=item.project, argv=list(item.argv), cwd=item.cwd)  # fmt: skip
@@ -257,7 +285,9 @@ class ApprovalHub:
         seconds = self._pending.remaining(item, request.wait_seconds)
         return await self._pending.wait(item, seconds, CommandDecision(action="timeout"))
 
-    async def decide_command(self, item_id: str, decision: CommandDecisionIn) -> DecisionOut:
+    async def decide_command(
+        self, item_id: str, decision: CommandDecisionIn, *, decided_by: str
+    ) -> DecisionOut:
         self.refresh_tokens()
         item = self._pending.lookup(item_id, "command")
         self._pending.close(item, "decided")
@@ -290,27 +320,30 @@ class ApprovalHub:
             warning=saved.warning,
             undoable=saved.written is not None,
             undone=False,
+            decided_by=decided_by,
         )
         self._decisions.remember(DecisionRecord(out, saved.written))
         self._log("approval.command.decided", id=item.id, cloister=item.cloister,
                   project=item.project, action=decision.action, scope=saved.scope,
                   reason=decision.reason, command=item.command, file=out.file,
-                  warning=saved.warning)  # fmt: skip
+                  warning=saved.warning, decided_by=decided_by)  # fmt: skip
         self._publish("command-removed", id=item.id, outcome="decided")
         self._publish("decision", decision=out.model_dump(mode="json"))
         return out
 
     # -- decisions ---------------------------------------------------------------------
 
-    def recent(self) -> list[DecisionOut]:
-        return self._decisions.recent()
+    def recent(self, cloister: str | None = None) -> list[DecisionOut]:
+        """The kept decisions (the newest ``recent_limit``), newest first; of *cloister*."""
+        return [out for out in self._decisions.recent() if cloister in (None, out.cloister)]
 
-    async def undo(self, decision_id: str) -> DecisionOut:
+    async def undo(self, decision_id: str, *, undone_by: str) -> DecisionOut:
         """Remove exactly the entry the decision wrote."""
-        out = await self._decisions.undo(decision_id)
+        out = await self._decisions.undo(decision_id, undone_by=undone_by)
         self._log("approval.decision.undone", id=decision_id, cloister=out.cloister,
                   project=out.project, kind=out.kind, subject=out.subject, action=out.action,
-                  scope=out.scope, rule=out.rule, file=out.file)  # fmt: skip
+                  scope=out.scope, rule=out.rule, file=out.file,
+                  undone_by=undone_by)  # fmt: skip
         self._publish("decision", decision=out.model_dump(mode="json"))
         return out
 

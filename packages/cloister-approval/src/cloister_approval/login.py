@@ -1,26 +1,33 @@
-"""``GET /login?ticket=…``: a one-time login link turns into the browser's cookie.
+"""The browser's login: a one-time link's ticket becomes a browser session token.
 
-``cloister guardian open`` makes the link (:mod:`cloister_core.hubauth`); the hub
-checks it (:class:`~cloister_approval.auth.HubAuth`) and answers with a small page that
-sets the cookie and goes on to ``/`` itself. Not a redirect: the link may arrive from a
-file or another site (``guardian open`` opens a private file that leads to it, so the
-ticket never shows in a process list), and a redirect chain started there would not
-send the SameSite=Strict cookie to ``/``; a navigation the hub's own page starts does.
-A bad, expired or used link gets the login page (401), which says how to get a new
-one. So does every page without the cookie.
+``cloister guardian open`` makes the link, ``/login?ticket=…``
+(:mod:`cloister_core.hubauth`). ``GET /login`` is the page's shell (no data, open to
+anyone); its script takes the ticket out of the address bar and the history, trades it
+with ``POST /api/v1/login`` (same-origin, JSON) for a session token
+(:class:`~cloister_approval.auth.HubAuth`), keeps the token in the hub origin's
+``localStorage`` (bound to scheme, host and port: a page on another port of the same
+host can neither read nor replace it) and goes on to ``/``. A bad, expired or used
+ticket is a 401 whose message the page shows with the login instructions; so is a
+page without a valid token.
 """
 
 from __future__ import annotations
 
 import html
+from datetime import UTC, datetime
+from importlib.resources import files
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from cloister_approval.auth import HubAuth
-from cloister_core.hubauth import LOGIN_PARAMETER, LOGIN_PATH, TicketError
+from cloister_approval.http import error_response, json_response, read_model
+from cloister_approval.models import LoginIn, SessionOut
+from cloister_core.audit import AuditLog
+from cloister_core.hubauth import TicketError
 
+LOGIN_API_PATH = "/api/v1/login"
 NOT_LOGGED_IN = "This browser is not logged in to the approval hub."
 LOGIN_PAGE = """<!doctype html>
 <html lang="en">
@@ -32,55 +39,42 @@ LOGIN_PAGE = """<!doctype html>
 <body>
   <h1>Cloister approvals</h1>
   <p>{reason}</p>
-  <p>To log in, run this on the machine the hub runs on:</p>
-  <pre><code>cloister guardian open</code></pre>
-  <p>It opens a one-time login link in your browser
-  (<code>cloister guardian open --no-browser</code> only prints it).
-  A <code>cloister-approval</code> started by hand prints its link when it starts.</p>
-</body>
+{instructions}</body>
 </html>
 """
 
 
-LOGGED_IN_PAGE = b"""<!doctype html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <meta http-equiv="refresh" content="0; url=/">
-  <link rel="icon" href="/static/favicon.svg" type="image/svg+xml">
-  <title>Logged in: Cloister approvals</title>
-</head>
-<body>
-  <p>Logged in. <a href="/">Open the approval UI</a>.</p>
-</body>
-</html>
-"""
+def login_instructions() -> str:
+    """How to log in (HTML): the 401 page's, and the UI page's when it has no valid token."""
+    return (files("cloister_approval") / "templates" / "_login.html").read_text(encoding="utf-8")
 
 
 def login_page(reason: str) -> bytes:
-    return LOGIN_PAGE.format(reason=html.escape(reason)).encode()
+    return LOGIN_PAGE.format(reason=html.escape(reason), instructions=login_instructions()).encode()
 
 
-async def login(request: Request) -> Response:
+async def log_in(request: Request) -> Response:
     auth: HubAuth = request.app.state.auth
-    value = auth.log_in(request.query_params.get(LOGIN_PARAMETER, ""))
-    response = HTMLResponse(LOGGED_IN_PAGE)
-    response.set_cookie(
-        auth.cookie_name(request.headers.get("host", "")),
-        value,
-        max_age=auth.cookie_seconds,
-        path="/",
-        httponly=True,
-        samesite="strict",
+    session = auth.log_in((await read_model(request, LoginIn)).ticket)
+    audit: AuditLog | None = request.app.state.audit
+    if audit is not None:
+        audit.write("approval.browser.login", session=session.credential, expiry=session.expiry)
+    out = SessionOut(
+        token=session.token,
+        session=session.credential,
+        expires_at=datetime.fromtimestamp(session.expiry, UTC),
     )
+    response = json_response(out)
     response.headers["Cache-Control"] = "no-store"
     return response
 
 
 async def bad_ticket(request: Request, error: Exception) -> Response:
-    """The exception handler for :class:`TicketError`: the login page, with why."""
+    """The exception handler for :class:`TicketError`: a 401 that says why."""
     reason = str(error) if isinstance(error, TicketError) else NOT_LOGGED_IN
-    return HTMLResponse(login_page(reason), status_code=401, headers={"Cache-Control": "no-store"})
+    response = error_response(reason, 401)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
-ROUTES = [Route(LOGIN_PATH, login, methods=["GET"])]
+ROUTES = [Route(LOGIN_API_PATH, log_in, methods=["POST"])]

@@ -37,6 +37,7 @@ METAVARS = {
     "host": "ADDRESS",
     "port": "PORT",
     "hub_secret_file": "FILE",
+    "hub_sessions_dir": "DIR",
     "service_credential_file": "FILE",
     "audit_log": "FILE",
     "cloister_logs": "DIR",
@@ -149,14 +150,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = load_settings(sys.argv[1:] if argv is None else argv)
     announce = f"{PROG}: {settings.url}"
-    if settings.secret() is None:
-        secret = generate_secret()
-        settings = settings.model_copy(update={"hub_secret": SecretStr(secret)})
-        link = login_url(settings.url, secret, now=time.time(), lifetime=LOGIN_SECONDS)
+    made = None if settings.secret() is not None else generate_secret()
+    if made is not None:
+        settings = settings.model_copy(update={"hub_secret": SecretStr(made)})
+    app = create_app(settings)
+    if made is not None:
+        # Minted once the hub exists: it refuses tickets from before it started.
+        link = login_url(settings.url, made, now=time.time(), lifetime=LOGIN_SECONDS)
         announce += f"\n{PROG}: log in (once, within {LOGIN_SECONDS // 60} minutes): {link}"
     print(announce, file=sys.stderr, flush=True)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level="warning",

@@ -98,6 +98,10 @@ class DecisionOut(_Out):
     warning: str | None = Field(description="e.g. why a project/global write fell back")
     undoable: bool
     undone: bool
+    decided_by: str = Field(
+        description="the credential that decided: cli (the hub secret) or browser:<session id>"
+    )
+    undone_by: str | None = Field(default=None, description="the credential that undid it")
 
 
 class RuleOut(_Out):
@@ -118,3 +122,17 @@ class EffectiveRulesOut(_Out):
 class ErrorOut(_Out):
     error: str
     detail: object | None = None
+
+
+class LoginIn(_In):
+    """``POST /api/v1/login``: the ticket of a one-time login link."""
+
+    ticket: str = Field(max_length=200)
+
+
+class SessionOut(_Out):
+    """A browser session: send ``Authorization: Bearer <token>`` with every request."""
+
+    token: str
+    session: str = Field(description="the credential's name in decisions: browser:<id>")
+    expires_at: datetime

@@ -10,13 +10,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from cloister_approval.login import LOGIN_API_PATH
 from cloister_approval.models import (
     CommandDecisionIn,
     DecisionOut,
     DomainDecisionIn,
     EffectiveRulesOut,
     ErrorOut,
+    LoginIn,
     PendingOut,
+    SessionOut,
 )
 from cloister_core.hub import (
     SERVICE_COMMANDS_PATH,
@@ -29,6 +32,7 @@ from cloister_core.hub import (
 from cloister_core.hubauth import HEALTH_PATH
 
 OPENAPI_PATH = "/api/v1/openapi.json"
+FILTERED = frozenset({"/api/v1/pending", "/api/v1/decisions"})  # take ?cloister=NAME
 
 # (method, path, summary, request body, response, list response?, error statuses)
 Operation = tuple[
@@ -37,12 +41,16 @@ Operation = tuple[
 OPERATIONS: list[Operation] = [
     ("get", HEALTH_PATH, "Health and pending count (open: no credential)", None, None, False,
      ()),
-    ("get", "/api/v1/pending", "Everything waiting for a human", None, PendingOut, False, ()),
+    ("post", LOGIN_API_PATH, "Trade a one-time login ticket for a browser session (open)",
+     LoginIn, SessionOut, False, (400, 401)),
+    ("get", "/api/v1/pending", "Everything waiting for a human (?cloister=NAME: of one)",
+     None, PendingOut, False, (400,)),
     ("post", "/api/v1/domains/{item_id}/decision", "Decide a held domain",
      DomainDecisionIn, DecisionOut, False, (400, 404, 409)),
     ("post", "/api/v1/commands/{item_id}/decision", "Decide a held command",
      CommandDecisionIn, DecisionOut, False, (400, 404, 409)),
-    ("get", "/api/v1/decisions", "Recent decisions, newest first", None, DecisionOut, True, ()),
+    ("get", "/api/v1/decisions", "Recent decisions, newest first (?cloister=NAME: of one)",
+     None, DecisionOut, True, (400,)),
     ("post", "/api/v1/decisions/{decision_id}/undo", "Remove exactly the entry a decision wrote",
      None, DecisionOut, False, (404, 409)),
     ("get", "/api/v1/projects/{project}/rules", "Effective rules of a project, with their files",
@@ -68,12 +76,16 @@ def openapi_document() -> dict[str, Any]:
             for part in path.split("/")
             if part.startswith("{")
         ]
+        if path in FILTERED:
+            parameters.append(
+                {"name": "cloister", "in": "query", "required": False, "schema": {"type": "string"}}
+            )
         if parameters:
             operation["parameters"] = parameters
         statuses = errors
         if path.startswith("/api/v1/service/"):
             operation["security"] = [{"service": []}]
-        elif path == HEALTH_PATH:
+        elif path in (HEALTH_PATH, LOGIN_API_PATH):
             operation["security"] = []
         else:
             operation["security"] = [{"hub": []}, {"browser": []}]
@@ -109,9 +121,10 @@ def openapi_document() -> dict[str, Any]:
             "version": "1",
             "description": "Held domains and host commands, and the human's decisions."
             " Human routes answer only to the local UI's Host and Origin, and only with"
-            " the hub secret (bearer) or the browser cookie set by a one-time login link"
-            " (`cloister guardian open`); service routes need the stack's bearer"
-            " credential. Health needs nothing.",
+            " the hub secret (bearer) or a browser session token (bearer"
+            " `browser-session.…`, traded for a one-time login link's ticket at"
+            " POST /api/v1/login; `cloister guardian open`); no cookie is set or read."
+            " Service routes need the stack's bearer credential. Health needs nothing.",
         },
         "paths": paths,
         "components": {
@@ -120,10 +133,10 @@ def openapi_document() -> dict[str, Any]:
                 "service": {"type": "http", "scheme": "bearer"},
                 "hub": {"type": "http", "scheme": "bearer", "description": "the hub secret"},
                 "browser": {
-                    "type": "apiKey",
-                    "in": "cookie",
-                    "name": "cloister_hub_<port>",
-                    "description": "set by GET /login?ticket=… (a one-time login link)",
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a browser session token (browser-session.…) from"
+                    " POST /api/v1/login",
                 },
             },
         },

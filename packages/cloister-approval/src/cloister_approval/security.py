@@ -12,11 +12,16 @@ Two audiences, two rules, enforced before any route runs (pure ASGI middleware):
   whose ``Origin`` (or ``Sec-Fetch-Site``) says another site sent them are refused:
   no CSRF from a browser tab. No CORS headers are ever sent, so other origins cannot
   read anything either. Before all that, the request must be the human's
-  (:class:`~cloister_approval.auth.HubAuth`: the hub secret or the browser cookie),
-  or it is a 401: the login page for a page, JSON for the API. Only
-  ``GET /api/v1/health`` (the stack's readiness check) and ``/login`` (which checks
-  its own ticket) are open. Any local process, any other user of the machine and any
-  container on the control network reaches the port; none of them has the secret.
+  (:class:`~cloister_approval.auth.HubAuth`: the hub secret or a browser session
+  token, in ``Authorization``; cookies are ignored), or it is a 401: the login page
+  for a page, JSON for the API. Open: the page's shell (``/``, ``/login`` and
+  ``/static/``, which hold no data: the page fetches everything with its token),
+  ``GET /api/v1/health`` (the stack's readiness check) and ``POST /api/v1/login``
+  (which checks its own ticket). Any local process, any other user of the machine and
+  any container on the control network reaches the port; none of them has the secret.
+
+The credential that was accepted (``cli`` or ``browser:<session id>``) is handed to
+the routes in the scope (:func:`credential`), so decisions can say who made them.
 """
 
 from __future__ import annotations
@@ -24,21 +29,42 @@ from __future__ import annotations
 import hmac
 import json
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cloister_approval.auth import HubAuth
-from cloister_approval.login import NOT_LOGGED_IN, login_page
+from cloister_approval.auth import HubAuth, Refused
+from cloister_approval.login import LOGIN_API_PATH, NOT_LOGGED_IN, login_page
 from cloister_core.hubauth import AUTH_SCHEME, HEALTH_PATH, LOGIN_PATH
 
 SERVICE_PREFIX = "/api/v1/service/"
+STATIC_PREFIX = "/static/"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-OPEN_ROUTES = frozenset({("GET", HEALTH_PATH), ("HEAD", HEALTH_PATH), ("GET", LOGIN_PATH)})
+OPEN_ROUTES = frozenset(
+    {(method, path) for method in ("GET", "HEAD") for path in ("/", LOGIN_PATH, HEALTH_PATH)}
+    | {("POST", LOGIN_API_PATH)}
+)
 API_NOT_LOGGED_IN = (
     "not logged in: send the hub secret (Authorization: Bearer <secret>, the file"
     " <data>/guardian/hub.secret), or log the browser in with `cloister guardian open`"
 )
+CREDENTIAL_KEY = "cloister.credential"
+REFUSED_KEY = "cloister.refused"  # why: the 401's detail (the page shows it)
 
-Refusal = tuple[int, str]
+
+def credential(request: Request) -> str:
+    """Who the guard let in: ``cli`` or ``browser:<session id>``."""
+    value: str = request.scope[CREDENTIAL_KEY]
+    return value
+
+
+def is_open(method: str, path: str) -> bool:
+    """A route anyone may ask for: the page's shell, health, the ticket exchange."""
+    return (method, path) in OPEN_ROUTES or (
+        method in ("GET", "HEAD") and path.startswith(STATIC_PREFIX)
+    )
+
+
+Refusal = tuple[int, str]  # status, message
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -84,8 +110,10 @@ class GuardMiddleware:
         elif problem[0] == 401 and not scope["path"].startswith("/api/"):
             await _refuse(send, 401, login_page(problem[1]), b"text/html; charset=utf-8")
         else:
-            body = json.dumps({"error": problem[1]}).encode()
-            await _refuse(send, problem[0], body, b"application/json")
+            document: dict[str, str] = {"error": problem[1]}
+            if REFUSED_KEY in scope:
+                document["detail"] = scope[REFUSED_KEY]
+            await _refuse(send, problem[0], json.dumps(document).encode(), b"application/json")
 
     def _problem(self, scope: Scope, headers: dict[str, str]) -> Refusal | None:
         path: str = scope["path"]
@@ -93,8 +121,12 @@ class GuardMiddleware:
         if path.startswith(SERVICE_PREFIX):
             return self._service_problem(headers)
         # Who first: without the secret, every name the hub is reached by gets the 401.
-        if (method, path) not in OPEN_ROUTES and not self.auth.is_human(headers):
-            return 401, API_NOT_LOGGED_IN if path.startswith("/api/") else NOT_LOGGED_IN
+        if not is_open(method, path):
+            who = self.auth.authenticate(headers)
+            if isinstance(who, Refused):
+                scope[REFUSED_KEY] = who.reason
+                return 401, API_NOT_LOGGED_IN if path.startswith("/api/") else NOT_LOGGED_IN
+            scope[CREDENTIAL_KEY] = who
         host = headers.get("host", "").lower()
         if host not in self.public_hosts:
             expected = ", ".join(sorted(self.public_hosts))

@@ -14,9 +14,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
 from cloister_core.fileio import read_secret
+from cloister_core.hubauth import sessions_dir
 from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
 
-LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+# Not localhost: it may resolve to ::1, where another local user can listen on the port
+# while the hub is published on 127.0.0.1 only, and be in an origin the human logged in to.
+OWN_HOST = "127.0.0.1"
 
 
 class ApprovalSettings(BaseSettings):
@@ -39,9 +42,9 @@ class ApprovalSettings(BaseSettings):
     public_hosts: tuple[str, ...] = Field(
         default=(),
         validate_default=True,
-        description="Host header values the UI answers to, besides 127.0.0.1:PORT and"
-        " localhost:PORT (anything else is refused: DNS rebinding); the Origins allowed"
-        " to change state are http:// + these",
+        description="Host header values the UI answers to, besides 127.0.0.1:PORT"
+        " (anything else is refused: DNS rebinding, and localhost, which may be another"
+        " program on ::1); the Origins allowed to change state are http:// + these",
     )
     hub_secret: SecretStr | None = Field(
         default=None, description="the human's credential (prefer --hub-secret-file)"
@@ -66,8 +69,13 @@ class ApprovalSettings(BaseSettings):
     command_timeout: Duration = Field(
         default=timedelta(minutes=5), description="how long a held command waits for a human"
     )
-    cookie_lifetime: Duration = Field(
+    session_lifetime: Duration = Field(
         default=timedelta(days=30), description="how long a browser stays logged in"
+    )
+    hub_sessions_dir: Path | None = Field(
+        default=None,
+        description="directory whose revoked-before file `cloister guardian logout` writes"
+        " (default: hub-sessions beside --hub-secret-file; none without that file)",
     )
     reload_interval: Duration = Field(
         default=timedelta(seconds=1),
@@ -77,7 +85,7 @@ class ApprovalSettings(BaseSettings):
         default=1000, ge=1, description="held requests at most (service callers get 503 past it)"
     )
     recent_decisions: int = Field(
-        default=200, ge=1, description="decisions kept for the UI and undo"
+        default=500, ge=1, description="decisions kept for the UI and undo (the newest)"
     )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
     cloister_logs: Path | None = Field(
@@ -90,7 +98,7 @@ class ApprovalSettings(BaseSettings):
     @classmethod
     def _with_own_port(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         # The hub's own address always works: `--port 8999` alone is enough by hand.
-        own = [f"{name}:{info.data['port']}" for name in LOOPBACK_NAMES if "port" in info.data]
+        own = [f"{OWN_HOST}:{info.data['port']}"] if "port" in info.data else []
         hosts = [host.lower() for host in (*value, *own)]
         return tuple(dict.fromkeys(hosts))
 
@@ -106,6 +114,13 @@ class ApprovalSettings(BaseSettings):
     def url(self) -> str:
         """Where a person opens the UI: the first public host."""
         return f"http://{self.public_hosts[0]}/"
+
+    @property
+    def sessions_dir(self) -> Path | None:
+        """Where the browser sessions' revocation file is looked for, if anywhere."""
+        if self.hub_sessions_dir is not None:
+            return self.hub_sessions_dir
+        return sessions_dir(self.hub_secret_file) if self.hub_secret_file is not None else None
 
     def credential(self) -> str | None:
         """The service credential, from the value or the file."""

@@ -1,10 +1,15 @@
 """The human's page: server-rendered (Jinja2, autoescaped) and live through SSE.
 
-``GET /`` renders everything pending and the recent decisions. ``GET /api/v1/events``
-is a Server-Sent Events stream of the hub's changes; each event carries its JSON and,
-for the page, the same item rendered by the same template, so the browser never
-builds HTML from data. ``GET /fragments/pending`` and ``/fragments/decisions``
-re-render the lists (after a (re)connect). Static files are served from the package: no CDN.
+``GET /`` (and ``GET /login``, where a login link lands) is the page's shell: it holds
+no data, so anyone may load it. Its script sends the browser's session token
+(:mod:`cloister_approval.login`) with every request: ``GET /fragments/pending``,
+``/fragments/decisions`` and ``/fragments/cloisters`` render the lists and the
+cloister filter's choices (each takes ``?cloister=NAME``), and ``GET /api/v1/events``
+is a Server-Sent Events stream of the hub's changes, read with ``fetch`` (an
+``EventSource`` cannot send the token). Each event carries its JSON and, for the page,
+the same item rendered by the same template, so the browser never builds HTML from
+data. Without a valid token the shell shows the login instructions. Static files are
+served from the package: no CDN.
 
 Pending requests are shown by cloister (a heading per cloister, with its project), oldest
 first: an arriving item comes as its cloister's group holding just that item, which the
@@ -13,6 +18,7 @@ page adds whole or merges into the group it already shows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -26,8 +32,12 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from cloister_approval.api import cloister_filter, pending_of
+from cloister_approval.auth import HubAuth, Refused
 from cloister_approval.broadcast import CLOSED, Event
 from cloister_approval.hub import ApprovalHub
+from cloister_approval.login import NOT_LOGGED_IN
+from cloister_core.hubauth import LOGIN_PATH
 from cloister_core.printable import printable
 
 PING_SECONDS = 15
@@ -79,46 +89,76 @@ def _groups(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-def _context(hub: ApprovalHub) -> dict[str, Any]:
-    pending = hub.pending().model_dump(mode="json")
+def _pending_context(hub: ApprovalHub, cloister: str | None) -> dict[str, Any]:
+    pending = pending_of(hub, cloister).model_dump(mode="json")
     items = [{**item, "kind": "domain"} for item in pending["domains"]]
     items += [{**item, "kind": "command"} for item in pending["commands"]]
     items.sort(key=lambda item: datetime.fromisoformat(item["created_at"]))
-    return {
-        "domains": pending["domains"],
-        "commands": pending["commands"],
-        "groups": _groups(items),
-        "decisions": [decision.model_dump(mode="json") for decision in hub.recent()],
-        "count": hub.pending_count(),
-    }
+    return {"groups": _groups(items), "cloister": cloister, "total": hub.pending_count()}
+
+
+def cloister_names(hub: ApprovalHub) -> list[str]:
+    """Every cloister the filter offers: those with a token, something waiting or kept."""
+    pending = hub.pending()
+    names = set(hub.cloisters())
+    names.update(item.cloister for item in pending.domains)
+    names.update(item.cloister for item in pending.commands)
+    names.update(decision.cloister for decision in hub.recent())
+    return sorted(names)
 
 
 async def page(request: Request) -> Response:
     renderer: Renderer = request.app.state.renderer
-    return HTMLResponse(renderer.render("index.html", **_context(request.app.state.hub)))
+    text = renderer.render("index.html", not_logged_in=NOT_LOGGED_IN)
+    return HTMLResponse(text, headers={"Cache-Control": "no-store"})
 
 
 async def pending_fragment(request: Request) -> Response:
     renderer: Renderer = request.app.state.renderer
-    return HTMLResponse(renderer.render("_pending.html", **_context(request.app.state.hub)))
+    context = _pending_context(request.app.state.hub, cloister_filter(request))
+    return HTMLResponse(renderer.render("_pending.html", **context))
 
 
 async def decisions_fragment(request: Request) -> Response:
     renderer: Renderer = request.app.state.renderer
-    return HTMLResponse(renderer.render("_decisions.html", **_context(request.app.state.hub)))
+    hub: ApprovalHub = request.app.state.hub
+    decisions = [
+        decision.model_dump(mode="json") for decision in hub.recent(cloister_filter(request))
+    ]
+    return HTMLResponse(renderer.render("_decisions.html", decisions=decisions))
+
+
+async def cloisters_fragment(request: Request) -> Response:
+    renderer: Renderer = request.app.state.renderer
+    names = cloister_names(request.app.state.hub)
+    selected = cloister_filter(request)
+    return HTMLResponse(renderer.render("_cloisters.html", names=names, selected=selected))
 
 
 async def events(request: Request) -> Response:
     hub: ApprovalHub = request.app.state.hub
     renderer: Renderer = request.app.state.renderer
+    auth: HubAuth = request.app.state.auth
+    headers = dict(request.headers)
+
+    def still_human() -> bool:
+        # A browser logged out (`cloister guardian logout`) or expired while connected
+        # loses its stream too; its page reconnects, gets the 401 and shows the login.
+        return not isinstance(auth.authenticate(headers), Refused)
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         with hub.events() as queue:
             yield ServerSentEvent(data=json.dumps({"pending": hub.pending_count()}), event="hello")
             while True:
-                event = await queue.get()
-                if event is CLOSED:
-                    return  # too slow to keep up; the page reconnects and re-reads
+                try:
+                    async with asyncio.timeout(PING_SECONDS):
+                        event = await queue.get()
+                except TimeoutError:
+                    if not still_human():
+                        return
+                    continue
+                if event is CLOSED or not still_human():
+                    return  # too slow to keep up: the page reconnects and re-reads
                 payload = dict(event.data)
                 html = renderer.fragment_for(event)
                 if html is not None:
@@ -132,8 +172,10 @@ def routes() -> list[Route | Mount]:
     static = StaticFiles(directory=str(files("cloister_approval") / "static"))
     return [
         Route("/", page, methods=["GET"]),
+        Route(LOGIN_PATH, page, methods=["GET"]),
         Route("/fragments/pending", pending_fragment, methods=["GET"]),
         Route("/fragments/decisions", decisions_fragment, methods=["GET"]),
+        Route("/fragments/cloisters", cloisters_fragment, methods=["GET"]),
         Route("/api/v1/events", events, methods=["GET"]),
         Mount("/static", app=static, name="static"),
     ]

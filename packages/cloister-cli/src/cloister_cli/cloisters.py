@@ -1,6 +1,8 @@
 """Cloister containers: what one is made of, and starting, listing and stopping them.
 
-A cloister is container ``cloister-<name>`` on cloister-net only, running as the host
+A cloister is container ``cloister-<instance>-<name>`` (:class:`cloister_core.stack.Instance`),
+alone with its instance's services on a network of its own (:mod:`cloister_cli.networks`),
+running as the host
 user so files in ``/work`` stay the user's, with every capability dropped,
 ``no-new-privileges``, an init process, and the pids/memory/CPU limits of
 ``defaults``. It can write its working tree and nothing else of the host:
@@ -18,7 +20,7 @@ user so files in ``/work`` stay the user's, with every capability dropped,
   or sits inside one is refused.
 
 Its only identity is its token (``<config>/tokens/<cloister>``), created here, bound to
-the container's address on cloister-net (the services refuse it from any other), and
+the container's address on its network (the services refuse it from any other), and
 removed by :func:`stop`, after which the proxy and the gateways refuse it at once.
 """
 
@@ -36,15 +38,15 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import Mount
 
+from cloister_cli import networks
 from cloister_cli.gitmounts import GitPlan, bind
 from cloister_cli.inside.guardrails import Guardrails
 from cloister_cli.projects import Project
 from cloister_cli.safeguards import MARKER, shm_size
 from cloister_core import stack
-from cloister_core.config.models import DefaultsConfig
+from cloister_core.config.models import DefaultsConfig, GuardianConfig
 from cloister_core.decisions import remove_session_decisions
 from cloister_core.errors import CloisterError
-from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import (
     TokenRecord,
@@ -166,7 +168,7 @@ class ContainerPlan:
     """Everything ``docker run`` gets for one cloister (pure data, easy to inspect)."""
 
     name: str
-    container: str
+    container: str  # and its network's name
     image: str
     user: str
     environment: dict[str, str]
@@ -195,7 +197,7 @@ class ContainerPlan:
             "mounts": self.mounts,
             "tmpfs": self.tmpfs,
             "labels": self.labels,
-            "network": stack.CLOISTER_NET,
+            "network": self.container,  # its own (see cloister_cli.networks)
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"],
             "init": True,
@@ -261,6 +263,7 @@ def plan(
     name: str,
     record: TokenRecord,
     *,
+    instance: stack.Instance,
     image: str,
     limits: DefaultsConfig,
     refs: Iterable[Path],
@@ -332,12 +335,13 @@ def plan(
         mounts.append(mount)
     return ContainerPlan(
         name=name,
-        container=container_name(name),
+        container=instance.cloister(name),
         image=image,
         user=f"{uid}:{gid}",
         environment=environment | own_environment,
         mounts=mounts,
         labels={
+            **instance.labels,
             LABEL: name,
             stack.LABEL_PROJECT: workspace.project.name,
             stack.LABEL_PATH: str(workspace.directory),
@@ -368,12 +372,16 @@ def _overlaps(target: str, own: str) -> bool:
 # -- lifecycle -------------------------------------------------------------------------
 
 
-def find(client: docker.DockerClient, name: str) -> Container | None:
+def find(client: docker.DockerClient, instance: stack.Instance, name: str) -> Container | None:
+    """Cloister *name*'s container of *instance*, or None."""
     try:
-        container = client.containers.get(container_name(name))
+        container = client.containers.get(instance.cloister(name))
     except docker.errors.NotFound:
         return None
-    return container if LABEL in container.labels else None
+    labels = container.labels
+    return (
+        container if LABEL in labels and labels.get(stack.LABEL_INSTANCE) == instance.id else None
+    )
 
 
 def create(
@@ -381,8 +389,12 @@ def create(
     paths: CloisterPaths,
     container_plan: ContainerPlan,
     record: TokenRecord,
+    *,
+    instance: stack.Instance,
+    guardian: GuardianConfig,
 ) -> Container:
-    """Run the container, then write its token bound to its address on cloister-net.
+    """Make the cloister's network, run the container there (the services join meanwhile),
+    then write its token bound to its address on that network.
 
     The token is valid only from that address (the services check), and only once the
     file exists: nothing in the container uses it before ``start`` returns.
@@ -390,21 +402,35 @@ def create(
     # A session starts empty, even if an earlier cloister of this name left its file.
     remove_session_decisions(paths, record.cloister)
     try:
-        container: Container = client.containers.run(**container_plan.run_kwargs())
+        network = networks.create(client, instance, container_plan.name, guardian)
+    except docker.errors.APIError as error:
+        raise CloisterStartError(
+            f"cannot create the network of {container_plan.name}: {error}"
+        ) from None
+    try:
+        container = networks.run_with_services(
+            client,
+            instance,
+            network,
+            lambda: client.containers.run(**container_plan.run_kwargs()),
+        )
     except (docker.errors.APIError, docker.errors.ImageNotFound) as error:
+        networks.remove(client, instance, container_plan.name)
         hint = ""
         if container_plan.storage_opt and "storage" in str(error).lower():
             hint = " (the engine cannot apply defaults.disk here: remove it from config.yaml)"
         raise CloisterStartError(
             f"cannot start {container_plan.container}: {error}{hint}"
         ) from None
+    except BaseException:
+        networks.remove(client, instance, container_plan.name)
+        raise
     try:
         container.reload()
-        networks = container.attrs.get("NetworkSettings", {}).get("Networks", {})
-        address = (networks.get(stack.CLOISTER_NET) or {}).get("IPAddress")
+        address = networks.cloister_address(container.attrs, container_plan.container)
         if not address:
             raise CloisterStartError(
-                f"{container_plan.container} has no address on {stack.CLOISTER_NET}"
+                f"{container_plan.container} has no address on its network"
                 f" (status {container.status}): `docker logs {container_plan.container}`"
             )
         # Tokens left by containers that went without `cloister stop` and had this address.
@@ -413,6 +439,7 @@ def create(
         write_token_file(paths.tokens_dir, record.bound_to(address))
     except BaseException:
         container.remove(force=True)
+        networks.remove(client, instance, container_plan.name)
         raise
     return container
 
@@ -426,21 +453,19 @@ def new_token(workspace: Workspace, name: str) -> TokenRecord:
     )
 
 
-def stop(client: docker.DockerClient, paths: CloisterPaths, name: str) -> StopResult:
-    """Remove the container, its token and its session decisions."""
-    container = find(client, name)
+def stop(
+    client: docker.DockerClient, paths: CloisterPaths, instance: stack.Instance, name: str
+) -> StopResult:
+    """Remove the container, its network, its token and its session decisions."""
+    container = find(client, instance, name)
     common: Path | None = None
     project: str | None = None
     if container is not None:
         label = container.labels.get(GIT_LABEL)
         common = Path(label) if label else None
         project = container.labels.get(stack.LABEL_PROJECT) or None
-        container.remove(force=True)
+    # The container goes with its network (it is on it), the services leave meanwhile.
+    network = networks.remove(client, instance, name, container=container)
     token = remove_token_file(paths.tokens_dir, name)
     remove_session_decisions(paths, name)
-    return StopResult(container is not None or token, common, project)
-
-
-def repository_in_use(client: docker.DockerClient, common: Path) -> bool:
-    """Whether a cloister (of any state) still works in the repository *common*."""
-    return bool(client.containers.list(all=True, filters={"label": f"{GIT_LABEL}={common}"}))
+    return StopResult(container is not None or token or network, common, project)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from click.shell_completion import CompletionItem
 from cloister_core.errors import CloisterNameError
 from cloister_core.names import validate_name
 from cloister_core.paths import CloisterPaths
+from cloister_core.stack import Instance
 
 ENGINE_TIMEOUT = 2.0  # seconds; a TAB that hangs is worse than one that offers nothing
 
@@ -66,7 +68,8 @@ def _paths() -> CloisterPaths:
 def _cloisters() -> list[CompletionItem]:
     from cloister_cli import listing  # noqa: PLC0415 - only when asked: it opens a socket
 
-    found = listing.list_cloisters(listing.connect(timeout=ENGINE_TIMEOUT))
+    instance = Instance.of(_paths(), os.getuid())
+    found = listing.list_cloisters(listing.connect(timeout=ENGINE_TIMEOUT), instance)
     return [CompletionItem(info.name, help=info.path) for info in found]
 
 

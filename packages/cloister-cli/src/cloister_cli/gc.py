@@ -15,6 +15,8 @@ them:
   snapshot needs, and scratch directories of snapshots that were interrupted;
 * a *stale port forwarder* (``cloister port``) whose cloister is gone is removed: the
   address it joins may be another cloister's by now;
+* a *stale network* (a cloister's own, :mod:`cloister_cli.networks`) whose cloister is
+  gone is removed, once it is older than a start takes to run its container on it;
 * an *orphan worktree* (under ``<data>/worktrees``, no cloister in it, and its
   repository gone or no longer knowing it) is removed only when asked to: it may hold
   the only copy of uncommitted work.
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import docker.errors
 
-from cloister_cli import cloisters, git, gitdirs, lifecycle, listing, ports
+from cloister_cli import cloisters, git, gitdirs, lifecycle, listing, networks, ports
 from cloister_cli.lifecycle import Context, StopOutcome
 from cloister_cli.snapshots.pool import prune
 from cloister_cli.snapshots.take import expire_project, holding_pool
@@ -51,6 +53,9 @@ from cloister_executor.gitsync import EXPORT_TIMEOUT
 
 SCRATCH_AGE_SECONDS = 3600.0  # a snapshot takes well under a second; older is abandoned
 SCRATCH_MARGIN_SECONDS = 60.0  # past a sync's own limit: nobody waits for it any more
+# A start makes the network, then runs the container on it: a younger network without
+# its container may be such a start's.
+NETWORK_AGE_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,7 @@ class Survey:
     orphans: list[Orphan] = field(default_factory=list)
     stale_ports: list[str] = field(default_factory=list)  # forwarders of gone cloisters
     syncs: list[str] = field(default_factory=list)  # export containers left behind
+    stale_networks: list[str] = field(default_factory=list)  # networks of gone cloisters
 
     @property
     def empty(self) -> bool:
@@ -78,6 +84,7 @@ class Survey:
             or self.orphans
             or self.stale_ports
             or self.syncs
+            or self.stale_networks
         )
 
 
@@ -90,6 +97,7 @@ class Collected:
     worktrees: list[Path] = field(default_factory=list)
     forwarders: list[str] = field(default_factory=list)
     syncs: int = 0
+    networks: list[str] = field(default_factory=list)
 
 
 def _names(directory: Path, suffix: str = "") -> set[str]:
@@ -124,13 +132,17 @@ def dead_cloisters(context: Context) -> list[str]:
         if (context.paths.git_dirs_dir / name).is_dir()
         and context.paths.session_file(name).is_file()
     }
-    return sorted(name for name in candidates if cloisters.find(context.docker, name) is None)
+    return sorted(
+        name
+        for name in candidates
+        if cloisters.find(context.docker, context.instance, name) is None
+    )
 
 
 def orphan_worktrees(context: Context) -> list[Orphan]:
     """Worktrees under ``<data>/worktrees`` no cloister works in whose repository is
     gone (or, made by an older Cloister, does not list them any more)."""
-    used = {info.path for info in listing.list_cloisters(context.docker)}
+    used = {info.path for info in listing.list_cloisters(context.docker, context.instance)}
     return [
         Orphan(made.directory, made.project, reason)
         for made in gitdirs.made_worktrees(context.paths)
@@ -195,25 +207,41 @@ def survey(context: Context, *, now: datetime | None = None) -> Survey:
         orphans=orphan_worktrees(context),
         stale_ports=[
             forward.container
-            for forward in ports.forwards(context.docker)
+            for forward in ports.forwards(context.docker, context.instance)
             if forward.status == "stale"
         ],
         syncs=_finished_syncs(context, now),
+        stale_networks=_stale_networks(context, now),
     )
+
+
+def _age(created: str, now: datetime) -> float:
+    """Seconds since the engine's *created* timestamp (nanoseconds cut); inf if unreadable."""
+    try:
+        return (now - datetime.fromisoformat(created[:26].rstrip("Z") + "+00:00")).total_seconds()
+    except ValueError:
+        return float("inf")
+
+
+def _stale_networks(context: Context, now: datetime) -> list[str]:
+    """The instance's cloister networks whose cloister has no container."""
+    found = []
+    for network in networks.instance_networks(context.docker, context.instance):
+        cloister = (network.attrs.get("Labels") or {}).get(stack.LABEL_CLOISTER, "")
+        old = _age(str(network.attrs.get("Created", "")), now) > NETWORK_AGE_SECONDS
+        if old and cloisters.find(context.docker, context.instance, cloister) is None:
+            found.append(str(network.name))
+    return sorted(found)
 
 
 def _finished_syncs(context: Context, now: datetime) -> list[str]:
     """Export containers that are not running, or run longer than a sync may (a running
     one is a sync in progress; one a killed `cloister sync` left runs on)."""
     found = []
-    for container in context.docker.containers.list(all=True, filters={"label": stack.LABEL_SYNC}):
-        created = str(container.attrs.get("Created", ""))
-        try:
-            age = (
-                now - datetime.fromisoformat(created[:26].rstrip("Z") + "+00:00")
-            ).total_seconds()
-        except ValueError:
-            age = float("inf")
+    for container in context.docker.containers.list(
+        all=True, filters={"label": [context.instance.label_filter, stack.LABEL_SYNC]}
+    ):
+        age = _age(str(container.attrs.get("Created", "")), now)
         if container.status != "running" or age > EXPORT_TIMEOUT + SCRATCH_MARGIN_SECONDS:
             found.append(container.name or container.short_id)
     return found
@@ -228,11 +256,16 @@ def collect(
     """Remove what *found* lists; each orphan worktree only if *remove_worktree* says so."""
     done = Collected()
     for name in found.dead:
-        if cloisters.find(context.docker, name) is None:  # not started since the survey
+        if cloisters.find(context.docker, context.instance, name) is None:  # not started since
             done.stopped[name] = lifecycle.stop(context, name)
     # After the dead cloisters' stop (which removes their forwarders): what is left belongs
     # to a cloister removed outside Cloister, and may reach another one's address by now.
-    done.forwarders = ports.remove_stale(context.docker)
+    done.forwarders = ports.remove_stale(context.docker, context.instance)
+    for name in found.stale_networks:
+        cloister = name.removeprefix(context.instance.project + "-")
+        gone = cloisters.find(context.docker, context.instance, cloister) is None
+        if gone and networks.remove(context.docker, context.instance, cloister):
+            done.networks.append(name)
     for name in found.syncs:
         with contextlib.suppress(docker.errors.NotFound):
             context.docker.containers.get(name).remove(force=True)

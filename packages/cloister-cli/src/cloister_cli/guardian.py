@@ -1,29 +1,33 @@
 """The guardian stack: images, networks, the host executor and ``docker compose``.
 
-``start`` is idempotent: it builds the service images that are missing (with a
-progress display), creates the three networks if needed (outside compose, so that
-stopping the stack never disconnects running cloisters), starts the executor daemon,
-renders ``<data>/guardian/compose.yaml`` from ``compose/guardian.yaml.j2`` and runs
-``docker compose up -d``, then waits until every service answers. ``stop`` takes the
-stack down and stops the executor; the networks stay.
+One stack per instance (:class:`cloister_core.stack.Instance`: this user and this data
+directory): its compose project, containers and networks are named after the
+instance's id and carry its labels, so guardians of other users (or other data
+directories) on the same engine are never touched. One that is not this instance's
+in the way (its hub on ``guardian.ui_port``, say) is refused with whose it is.
 
-cloister-net is created ``internal`` with ``com.docker.network.bridge.inhibit_ipv4``
-and without IPv6: checked on this engine, a plain internal network still lets a
-container reach every host service bound to 0.0.0.0, through its gateway or the
-host's own addresses; with the option the host is unreachable while containers on the
-network still reach each other.
+``start`` is idempotent: it builds the service images that are missing (with a
+progress display), creates the egress, control and ports networks if needed
+(outside compose, so that stopping the stack never disconnects running cloisters),
+starts the executor daemon, renders ``<data>/guardian/compose.yaml`` from
+``compose/guardian.yaml.j2`` and runs ``docker compose up -d``, puts the services back
+on every cloister's own network (:mod:`cloister_cli.networks`: a recreated container
+is on none), then waits until every service answers. ``stop`` takes the stack down and
+stops the executor; the networks stay.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,7 +37,7 @@ import docker
 import docker.errors
 import requests
 
-from cloister_cli import executor_process
+from cloister_cli import executor_process, networks, ports
 from cloister_cli.hub_client import hub_secret_path
 from cloister_cli.images import (
     APPROVAL_IMAGE,
@@ -51,30 +55,35 @@ from cloister_core.config.models import GlobalConfig
 from cloister_core.credentials import credentials_dir
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
-from cloister_core.hubauth import generate_secret
+from cloister_core.hubauth import generate_secret, sessions_dir
 from cloister_core.paths import CloisterPaths
-from cloister_core.stack import CLOISTER_NET, CONTROL_NET, EGRESS_NET, PROJECT, SERVICES
+from cloister_core.stack import SERVICES, Instance
 from cloister_executor.locations import run_dir
 
-PROXY_CONTAINER = stack.container("proxy")
 READY_TIMEOUT = 60.0
-INHIBIT_IPV4 = {"com.docker.network.bridge.inhibit_ipv4": "true"}
+COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 
 
 class GuardianError(CloisterError):
     """The stack could not be started, stopped or inspected."""
 
 
-def is_guarded(attrs: dict[str, Any]) -> bool:
-    """cloister-net as DESIGN.md wants it: internal, inhibit_ipv4, no IPv6.
+def whose(labels: Mapping[str, str]) -> str:
+    """An engine object's owner as a person reads it: user name and data directory."""
+    owner = labels.get(stack.LABEL_OWNER, "")
+    try:
+        user = pwd.getpwuid(int(owner)).pw_name
+    except (ValueError, KeyError):
+        user = f"uid {owner}" if owner else "an unknown user"
+    data_dir = labels.get(stack.LABEL_DATA_DIR) or "an unknown data directory"
+    return f"user {user}'s (data directory {data_dir})"
 
-    An IPv6 gateway would be a route to the host that inhibit_ipv4 does not close.
-    """
-    options = attrs.get("Options") or {}
+
+def legacy_hint() -> str:
+    networks_list = " ".join(stack.LEGACY_NETWORKS)
     return (
-        attrs.get("Internal") is True
-        and options.get("com.docker.network.bridge.inhibit_ipv4") == "true"
-        and not attrs.get("EnableIPv6")
+        f"remove it with `docker compose -p {stack.LEGACY_PROJECT} down` and"
+        f" `docker network rm {networks_list}` once its cloisters are stopped"
     )
 
 
@@ -93,6 +102,7 @@ class GuardianStatus:
     tokens: int
     ui: str
     compose_file: str
+    project: str = ""  # the instance's compose project, cloister-<id>
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +114,7 @@ class GuardianStatus:
             "tokens": self.tokens,
             "ui": self.ui,
             "compose_file": self.compose_file,
+            "project": self.project,
         }
 
 
@@ -131,6 +142,7 @@ class Guardian:
     config: GlobalConfig
     client: docker.DockerClient
     source: Path | None
+    instance: Instance
     tags: ImageTags = field(default_factory=ImageTags)
 
     # -- files -----------------------------------------------------------------------
@@ -160,13 +172,20 @@ class Guardian:
         # and kept, so browser logins survive restarts; a new one logs every browser out.
         if not self.hub_secret_file.exists():
             atomic_write(self.hub_secret_file, generate_secret() + "\n", mode=0o600)
+        # `cloister guardian logout` writes revoked-before here; the hub mounts the
+        # directory (not the file: a file mount would keep the replaced file's inode).
+        sessions_dir(self.hub_secret_file).mkdir(mode=0o755, exist_ok=True)
         # A bind mount of a missing file would create a directory in its place.
         self.paths.audit_log.touch(mode=0o600, exist_ok=True)
         # The cloisters' own logs: every service appends there (cloister_core.audit).
         self.paths.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-    def render(self) -> Path:
-        """Write ``<data>/guardian/compose.yaml`` from the template in the source tree."""
+    def render(self, guardian_networks: list[str]) -> Path:
+        """Write ``<data>/guardian/compose.yaml`` from the template in the source tree.
+
+        *guardian_networks* are the CIDRs the proxy and the credential gateway must never
+        dial (:meth:`ensure_networks`).
+        """
         if self.source is None:
             raise GuardianError("no source tree to render the stack from")
         import jinja2  # noqa: PLC0415 - only when the stack starts; see cloister_cli.main
@@ -178,7 +197,8 @@ class Guardian:
             keep_trailing_newline=True,
         )
         text = environment.get_template("guardian.yaml.j2").render(
-            project=PROJECT,
+            project=self.instance.project,
+            instance=self.instance,
             uid=os.getuid(),
             gid=os.getgid(),
             images=self.tags,
@@ -191,7 +211,8 @@ class Guardian:
             ui_port=self.config.guardian.ui_port,
             credentials_dir=credentials_dir(self.paths),
             stack=stack,
-            networks={"cloister": CLOISTER_NET, "egress": EGRESS_NET, "control": CONTROL_NET},
+            networks={"egress": self.instance.egress_net, "control": self.instance.control_net},
+            guardian_networks=json.dumps(guardian_networks),
         )
         atomic_write(self.paths.compose_file, text, mode=0o644)
         return self.paths.compose_file
@@ -231,30 +252,99 @@ class Guardian:
                 fingerprint=source_fingerprint(self.source, spec),
             )
 
-    def ensure_networks(self) -> None:
-        """Create the networks that are missing; refuse a cloister-net without its guard."""
+    def ensure_networks(self) -> list[str]:
+        """Create the stack's networks that are missing (and the ports network); the
+        CIDRs the proxy and the credential gateway must never dial: the pool of the
+        cloisters' networks, and the subnets of these three."""
+        instance = self.instance
+        ports.ensure_network(self.client, instance)
         existing = {network.name: network for network in self.client.networks.list()}
-        for name, internal, options in (
-            (CLOISTER_NET, True, INHIBIT_IPV4),
-            (EGRESS_NET, False, {}),
-            (CONTROL_NET, False, {}),
-        ):
+        for name in (instance.egress_net, instance.control_net):
             network = existing.get(name)
             if network is None:
                 self.client.networks.create(
                     name,
                     driver="bridge",
-                    internal=internal,
-                    options=options,
+                    internal=False,
                     enable_ipv6=False,
-                    labels={stack.LABEL_GUARDIAN: "true"},
+                    check_duplicate=True,
+                    labels={stack.LABEL_GUARDIAN: "true", **instance.labels},
                 )
                 continue
-            if name == CLOISTER_NET and not is_guarded(network.attrs):
+            self._check_owned(name, network.attrs.get("Labels") or {})
+        found = [ipaddress.IPv4Network(self.config.guardian.network_pool)]
+        for name in (instance.egress_net, instance.control_net, instance.ports_net):
+            found += networks.subnets(self.client.networks.get(name).attrs)
+        return [str(network) for network in dict.fromkeys(found)]
+
+    def _check_owned(self, what: str, labels: dict[str, str]) -> None:
+        if labels.get(stack.LABEL_INSTANCE) != self.instance.id or labels.get(
+            stack.LABEL_OWNER
+        ) != str(self.instance.uid):
+            raise GuardianError(
+                f"{what} is {whose(labels)}, not this guardian's; Cloister leaves it alone"
+            )
+
+    # -- other guardians on the engine ------------------------------------------------
+
+    def legacy_containers(self) -> list[str]:
+        """The containers of a guardian from before instances (one fixed stack per engine)."""
+        found = self.client.containers.list(
+            all=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={stack.LEGACY_PROJECT}"}
+        )
+        return sorted(str(container.name) for container in found)
+
+    def check_ownership(self) -> None:
+        """Refuse a stack of this instance's names that is not its own."""
+        for name in SERVICES:
+            try:
+                container = self.client.containers.get(self.instance.service(name))
+            except docker.errors.NotFound:
+                continue
+            self._check_owned(f"container {container.name}", container.labels)
+
+    def check_hub_port(self) -> None:
+        """Refuse to start when another guardian's hub publishes ``guardian.ui_port``
+        (compose would only say the port is taken)."""
+        ui_port = str(self.config.guardian.ui_port)
+        for container in self.client.containers.list(filters={"label": stack.LABEL_GUARDIAN}):
+            if container.labels.get(stack.LABEL_INSTANCE) == self.instance.id:
+                continue
+            bound = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+            host_ports = {
+                str(binding.get("HostPort"))
+                for bindings in bound.values()
+                for binding in bindings or []
+            }
+            if ui_port not in host_ports:
+                continue
+            fix = f"set `guardian: {{ui_port: PORT}}` in {self.paths.config_file} to a free port"
+            if stack.LABEL_INSTANCE not in container.labels:
                 raise GuardianError(
-                    f"network {name!r} exists but is not internal with inhibit_ipv4 and"
-                    f" without IPv6; remove it (`docker network rm {name}`) and start again"
+                    f"port {ui_port} is published by {container.name}, the guardian of an older"
+                    f" Cloister; {legacy_hint()}, or {fix}"
                 )
+            raise GuardianError(
+                f"port {ui_port} is published by {container.name}, the approval hub of"
+                f" {whose(container.labels)} guardian; {fix}"
+            )
+
+    def _forwarder_on_ui_port(self) -> str | None:
+        """Which `cloister port` forward holds ``guardian.ui_port``, and how to free it."""
+        forwarder = ports.forwarder_on(self.client, self.config.guardian.ui_port)
+        if forwarder is None:
+            return None
+        labels = forwarder.labels
+        cloister, port = labels.get(stack.LABEL_FORWARD), labels.get(stack.LABEL_FORWARD_PORT)
+        if labels.get(stack.LABEL_INSTANCE) == self.instance.id:
+            return (
+                f"`cloister port`: port {port} of cloister {cloister};"
+                f" `cloister port {cloister} {port} --remove` frees it"
+            )
+        return (
+            f"`cloister port` of {whose(labels)} guardian ({forwarder.name}, port {port} of"
+            f" its cloister {cloister}); its owner can remove it"
+        )
 
     # -- compose ---------------------------------------------------------------------
 
@@ -262,12 +352,25 @@ class Guardian:
         docker_cli = shutil.which("docker")
         if docker_cli is None:
             raise GuardianError("the docker command is not installed")
-        argv = [docker_cli, "compose", "-p", PROJECT, "-f", str(self.paths.compose_file), *args]
+        argv = [
+            docker_cli,
+            "compose",
+            "-p",
+            self.instance.project,
+            "-f",
+            str(self.paths.compose_file),
+            *args,
+        ]
         result = subprocess.run(argv, capture_output=capture, text=True, check=False)
         if result.returncode != 0:
             detail = (result.stderr or "").strip()
             raise GuardianError(
-                port_taken(detail, self.config.guardian.ui_port, self.paths.config_file)
+                port_taken(
+                    detail,
+                    self.config.guardian.ui_port,
+                    self.paths.config_file,
+                    self._forwarder_on_ui_port,
+                )
                 or f"docker compose {' '.join(args)} failed: {detail}"
             )
         return result
@@ -276,10 +379,11 @@ class Guardian:
         statuses = []
         for name in SERVICES:
             try:
-                container = self.client.containers.get(stack.container(name))
+                container = self.client.containers.get(self.instance.service(name))
             except docker.errors.NotFound:
                 statuses.append(ServiceStatus(name, "absent", "-"))
                 continue
+            self._check_owned(f"container {container.name}", container.labels)
             state = container.attrs.get("State", {})
             health = state.get("Health", {}).get("Status", "-")
             statuses.append(ServiceStatus(name, state.get("Status", "?"), health))
@@ -300,7 +404,7 @@ class Guardian:
         hub_ready = False
         while time.monotonic() < deadline:
             for name, marker in list(pending.items()):
-                container = self.client.containers.get(stack.container(name))
+                container = self.client.containers.get(self.instance.service(name))
                 if marker in container.logs(stdout=False, stderr=True, tail=50):
                     del pending[name]
                 elif container.status == "exited":
@@ -322,14 +426,18 @@ class Guardian:
     def start(self) -> GuardianStatus:
         """Bring the stack up (building missing images first is the caller's choice)."""
         self._ensure_files()
-        self.ensure_networks()
+        self.check_ownership()
+        self.check_hub_port()
+        guardian_networks = self.ensure_networks()
         executor_process.start(self.paths)
-        self.render()
+        self.render(guardian_networks)
         self._compose("up", "-d", "--remove-orphans")
+        networks.reconnect_all(self.client, self.instance)
         self._wait_ready()
         return self.status()
 
     def stop(self) -> None:
+        self.check_ownership()
         if self.paths.compose_file.exists():
             self._compose("down", "--remove-orphans")
         executor_process.stop(self.paths)
@@ -338,7 +446,7 @@ class Guardian:
         """SIGHUP: re-read tokens now (and close the tunnels of revoked ones)."""
         # Not running: it reads the token files when it starts.
         with contextlib.suppress(docker.errors.APIError):
-            self.client.containers.get(PROXY_CONTAINER).kill(signal="SIGHUP")
+            self.client.containers.get(self.instance.service("proxy")).kill(signal="SIGHUP")
 
     def status(self) -> GuardianStatus:
         services = self.services()
@@ -355,6 +463,7 @@ class Guardian:
             tokens=tokens,
             ui=self.ui_url,
             compose_file=str(self.paths.compose_file),
+            project=self.instance.project,
         )
 
     def logs(self, *, follow: bool, tail: int | None) -> int:
@@ -363,14 +472,20 @@ class Guardian:
         return self._compose(*args, capture=False).returncode
 
 
-def port_taken(detail: str, ui_port: int, config_file: Path) -> str | None:
-    """The one line to say when compose failed because the UI's port is taken."""
+def port_taken(
+    detail: str,
+    ui_port: int,
+    config_file: Path,
+    holder: Callable[[], str | None] = lambda: None,
+) -> str | None:
+    """The one line to say when compose failed because the UI's port is taken; *holder*
+    says by whom and how to free it, if it knows."""
     if "address already in use" not in detail and "port is already allocated" not in detail:
         return None
     return (
-        f"port {ui_port} on 127.0.0.1 (the approval UI) is taken by another program;"
-        f" free it, or set `guardian: {{ui_port: PORT}}` in {config_file} to a free port,"
-        " then run `cloister guardian start` again"
+        f"port {ui_port} on 127.0.0.1 (the approval UI) is taken by"
+        f" {holder() or 'another program; free it'}, or set `guardian: {{ui_port: PORT}}`"
+        f" in {config_file} to a free port, then run `cloister guardian start` again"
     )
 
 

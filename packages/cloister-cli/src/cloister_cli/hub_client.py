@@ -34,6 +34,12 @@ class HubError(CloisterError):
     """The hub could not be reached, or refused."""
 
 
+def login_page_path(paths: CloisterPaths) -> Path:
+    """``<data>/guardian/login.html``: ``guardian open``'s page; ``guardian logout``,
+    ``stop`` and ``start`` remove it (the hub cannot: it does not mount it)."""
+    return paths.guardian_dir / "login.html"
+
+
 def hub_secret_path(paths: CloisterPaths) -> Path:
     """``<data>/guardian/hub.secret``: written by ``guardian start``, mounted into the hub."""
     return paths.guardian_dir / "hub.secret"
@@ -133,7 +139,7 @@ class HubClient:
             f'<p><a href="{url}">Open the approval UI</a> (this link works once, for a minute).'
             "</p>\n"
         )
-        path = paths.guardian_dir / "login.html"
+        path = login_page_path(paths)
         atomic_write(path, page, mode=0o600, dir_mode=0o700)
         return path
 

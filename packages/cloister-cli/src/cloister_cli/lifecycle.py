@@ -43,7 +43,6 @@ from cloister_core import stack
 from cloister_core.config import load_global_config
 from cloister_core.config.models import GlobalConfig
 from cloister_core.errors import CloisterError
-from cloister_core.names import container_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import SessionRecord, read_session
 from cloister_executor.engine import Engine
@@ -62,6 +61,11 @@ class Context:
     @functools.cached_property
     def config(self) -> GlobalConfig:
         return load_global_config(self.paths)
+
+    @functools.cached_property
+    def instance(self) -> stack.Instance:
+        """This user's guardian on the engine, for this data directory."""
+        return stack.Instance.of(self.paths, os.getuid())
 
     @functools.cached_property
     def docker(self) -> docker.DockerClient:
@@ -84,7 +88,7 @@ class Context:
 
     @functools.cached_property
     def guardian(self) -> Guardian:
-        return Guardian(self.paths, self.config, self.docker, self.source)
+        return Guardian(self.paths, self.config, self.docker, self.source, self.instance)
 
     @functools.cached_property
     def hub(self) -> HubClient:
@@ -177,7 +181,7 @@ def name_for_directory(context: Context, directory: Path) -> str:
     """The running cloister whose working tree contains *directory*."""
     resolved = directory.resolve()
     best: tuple[int, str] | None = None
-    for info in listing.list_cloisters(context.docker):
+    for info in listing.list_cloisters(context.docker, context.instance):
         path = Path(info.path)
         if resolved == path or path in resolved.parents:
             depth = len(path.parts)
@@ -201,15 +205,17 @@ class StopOutcome:
 def stop(context: Context, name: str) -> StopOutcome:
     """Remove the cloister, revoke its token everywhere, bring its commits back, and
     review what it left in the work tree."""
-    result = cloisters.stop(context.docker, context.paths, name)
+    instance = context.instance
+    # Its published ports (`cloister port`) first: their forwarders are on its network.
+    ports.remove_all(context.docker, instance, name)
+    result = cloisters.stop(context.docker, context.paths, instance, name)
     # A sync running now (the watch's) would hold the last one up: its container goes,
     # and the sync gives up at once (a FIFO of the agent's can keep git waiting).
     for running in context.docker.containers.list(
-        all=True, filters={"label": f"{stack.LABEL_SYNC}={name}"}
+        all=True, filters={"label": [instance.label_filter, f"{stack.LABEL_SYNC}={name}"]}
     ):
         with contextlib.suppress(docker.errors.NotFound):
             running.remove(force=True)
-    ports.remove_all(context.docker, name)  # its published ports (`cloister port`)
     accounts.remove(context.paths, name)
     safeguards.remove_marker(context.paths, name)
     if result.project is not None:
@@ -274,7 +280,7 @@ def exec_argv(
     that is inside the cloister's working tree, else ``/work``; a relative *workdir* is
     relative to ``/work``.
     """
-    container = cloisters.find(context.docker, name)
+    container = cloisters.find(context.docker, context.instance, name)
     if container is None:
         raise CloisterError(f"no cloister {name!r} (`cloister list`)")
     if container.status == "paused":
@@ -295,4 +301,11 @@ def exec_argv(
     else:
         target = str(PurePosixPath("/work", workdir))  # an absolute one stays as it is
     flags = ["-it"] if tty else ["-i"]
-    return ["exec", *flags, "-w", target, container.name or container_name(name), *command]
+    return [
+        "exec",
+        *flags,
+        "-w",
+        target,
+        container.name or context.instance.cloister(name),
+        *command,
+    ]

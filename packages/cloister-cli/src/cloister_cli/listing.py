@@ -102,8 +102,9 @@ def _info(container: ContainerLike) -> CloisterInfo:
     )
 
 
-def list_cloisters(client: Engine) -> list[CloisterInfo]:
-    containers = client.containers.list(all=True, filters={"label": LABEL})
+def list_cloisters(client: Engine, instance: stack.Instance) -> list[CloisterInfo]:
+    """The cloisters of *instance* (another user's, or another data directory's, are not)."""
+    containers = client.containers.list(all=True, filters={"label": [LABEL, instance.label_filter]})
     return sorted((_info(container) for container in containers), key=lambda info: info.name)
 
 

@@ -1,21 +1,29 @@
 """``cloister port``: a cloister's port on the host's 127.0.0.1, and no route out.
 
-A cloister is on cloister-net only, which is internal: Docker publishes no port from
-it. A port is published through a *forwarder*: a container of its own
-(:func:`cloister_core.stack.forwarder`) running :mod:`cloister_proxy.forwarder` in the
-proxy's image, attached to cloister-net and to the ports network
-(:data:`~cloister_core.stack.PORTS_NET`: a bridge that is not internal, without IPv6
-and without traffic between its containers), whose port Docker publishes on the host's
-127.0.0.1 only. The forwarder listens on its ports-network address alone and joins
-each connection to the cloister's address on cloister-net (taken from the engine when
-the port is published, never a name the agent could answer for) and that port.
+A cloister is on its own network only (:mod:`cloister_cli.networks`), which is
+internal: Docker publishes no port from it. A port is published through a
+*forwarder*: a container of its own (:meth:`cloister_core.stack.Instance.forwarder`)
+running :mod:`cloister_proxy.forwarder` in the proxy's image, attached to the
+cloister's network and to its instance's ports network
+(:attr:`~cloister_core.stack.Instance.ports_net`: a bridge that is not internal,
+without IPv6 and without traffic between its containers), whose port Docker publishes
+on the host's 127.0.0.1 only. The forwarder listens on its ports-network address alone
+and joins each connection to the cloister's address on the cloister's network (taken
+from the engine when the port is published, never a name the agent could answer for)
+and that port.
 
-So the cloister gains no route: it has no way onto the ports network (cloister-net
+So the cloister gains no route: it has no way onto the ports network (its network
 gives it no gateway, and it holds no capability to add a route or forge a frame), and
-the forwarder does not listen on cloister-net. Another cloister gains nothing it did
-not have (cloisters reach each other on cloister-net anyway). The forwarder is hardened
+the forwarder does not listen on the cloister's network. No other cloister is on that
+network, and the forwarders of two cloisters cannot talk on the ports network. The
+forwarder is hardened
 like the guardian's services: read-only, every capability dropped, no-new-privileges,
 the host user's uid, an init, small pid and memory limits, a bounded log.
+
+No forwarder goes on the approval UI's port (:func:`hub_ports`): this instance's
+``guardian.ui_port``, whether the guardian runs or not, nor the port any guardian's hub
+on the engine publishes. A page there would be in the hub's origin (scheme, host and
+port) and could read the browser's login to the hub from its storage.
 
 ``cloister stop`` removes a cloister's forwarders (:func:`remove_all`), and so does
 ``cloister uninstall``. One whose cloister went without ``cloister stop`` is listed as
@@ -36,7 +44,7 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import LogConfig
 
-from cloister_cli import cloisters
+from cloister_cli import cloisters, networks
 from cloister_core import stack
 from cloister_core.errors import CloisterError
 
@@ -50,6 +58,7 @@ PIDS = 16
 NANO_CPUS = 1_000_000_000
 LOG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "1m", "max-file": "1"})
 _TAKEN = ("port is already allocated", "address already in use")
+COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 
 
 class PortError(CloisterError):
@@ -97,9 +106,10 @@ def parse_spec(text: str) -> PortSpec:
 class ForwarderPlan:
     """Everything ``docker create`` gets for one forwarder (pure data, easy to inspect)."""
 
+    instance: stack.Instance
     cloister: str
     cloister_id: str  # the cloister's container: a later one of that name is another
-    address: str  # the cloister's address on cloister-net
+    address: str  # the cloister's address on its network
     spec: PortSpec
     gateway: str  # the ports network's: the forwarder listens on its address toward it
     image: str
@@ -107,7 +117,7 @@ class ForwarderPlan:
 
     @property
     def container(self) -> str:
-        return stack.forwarder(self.cloister, self.spec.port)
+        return self.instance.forwarder(self.cloister, self.spec.port)
 
     @property
     def target(self) -> str:
@@ -116,6 +126,7 @@ class ForwarderPlan:
     @property
     def labels(self) -> dict[str, str]:
         return {
+            **self.instance.labels,
             stack.LABEL_FORWARD: self.cloister,
             stack.LABEL_FORWARD_PORT: str(self.spec.port),
             stack.LABEL_FORWARD_TARGET: self.target,
@@ -131,8 +142,8 @@ class ForwarderPlan:
             "name": self.container,
             "user": self.user,
             "labels": self.labels,
-            # Created here; cloister-net is connected before it starts (see publish).
-            "network": stack.PORTS_NET,
+            # Created here; the cloister's network is connected before it starts (see publish).
+            "network": self.instance.ports_net,
             "ports": {f"{listen}/tcp": (HOST_ADDRESS, self.spec.host_port or None)},
             "read_only": True,
             "cap_drop": ["ALL"],
@@ -149,16 +160,22 @@ class ForwarderPlan:
 
 
 def plan(
-    cloister: Container, name: str, spec: PortSpec, *, gateway: str, image: str
+    instance: stack.Instance,
+    cloister: Container,
+    name: str,
+    spec: PortSpec,
+    *,
+    gateway: str,
+    image: str,
 ) -> ForwarderPlan:
     """The forwarder of *spec* for the running container *cloister* of cloister *name*."""
-    networks = cloister.attrs.get("NetworkSettings", {}).get("Networks", {})
-    address = (networks.get(stack.CLOISTER_NET) or {}).get("IPAddress")
-    try:
-        address = str(ipaddress.IPv4Address(address or ""))
-    except ValueError:
-        raise PortError(f"cloister {name!r} has no address on {stack.CLOISTER_NET}") from None
+    address = networks.cloister_address(cloister.attrs, instance.cloister(name))
+    if address is None:
+        raise PortError(
+            f"cloister {name!r} has no address on its network {instance.cloister(name)!r}"
+        )
     return ForwarderPlan(
+        instance=instance,
         cloister=name,
         cloister_id=str(cloister.id),
         address=address,
@@ -188,8 +205,9 @@ class Forward:
 
     @property
     def url(self) -> str | None:
-        """What a browser should open: ``localhost`` (the approval UI's cookie, sent to any
-        port of 127.0.0.1, is not sent there)."""
+        """What a browser should open: ``localhost``, a host name of its own, so that no
+        cookie another local app set for 127.0.0.1 goes to the agent's page (the
+        approval UI sets none: its session is bound to its own origin)."""
         return f"http://localhost:{self.host_port}/" if self.host_port is not None else None
 
     def to_json(self) -> dict[str, Any]:
@@ -233,22 +251,87 @@ def _forward(forwarder: Container, cloister: Container | None) -> Forward:
     )
 
 
-def _forwarders(client: docker.DockerClient, name: str | None) -> list[Container]:
+def _forwarders(
+    client: docker.DockerClient, instance: stack.Instance, name: str | None
+) -> list[Container]:
     label = stack.LABEL_FORWARD if name is None else f"{stack.LABEL_FORWARD}={name}"
-    found: list[Container] = client.containers.list(all=True, filters={"label": label})
+    found: list[Container] = client.containers.list(
+        all=True, filters={"label": [instance.label_filter, label]}
+    )
     return found
 
 
-def forwards(client: docker.DockerClient, name: str | None = None) -> list[Forward]:
-    """The ports published for cloister *name* (None: for every cloister)."""
+def forwards(
+    client: docker.DockerClient, instance: stack.Instance, name: str | None = None
+) -> list[Forward]:
+    """The ports published for cloister *name* (None: for every cloister of *instance*)."""
     found: dict[str, Container | None] = {}
     listed = []
-    for forwarder in _forwarders(client, name):
+    for forwarder in _forwarders(client, instance, name):
         owner = forwarder.labels.get(stack.LABEL_FORWARD, "")
         if owner not in found:
-            found[owner] = cloisters.find(client, owner)
+            found[owner] = cloisters.find(client, instance, owner)
         listed.append(_forward(forwarder, found[owner]))
     return sorted(listed, key=lambda forward: (forward.cloister, forward.port))
+
+
+# -- the approval UI's port --------------------------------------------------------------------
+
+
+def _bound_ports(attrs: dict[str, Any], key: str) -> set[int]:
+    """The host ports bound to *key* (``9999/tcp``): published now, or configured (a
+    stopped container publishes nothing but gets its port back when it starts)."""
+    published = (attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    configured = (attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    bindings = [*(published.get(key) or []), *(configured.get(key) or [])]
+    return {
+        int(binding["HostPort"])
+        for binding in bindings
+        if str(binding.get("HostPort", "")).isdigit()
+    }
+
+
+def hub_ports(
+    client: docker.DockerClient, instance: stack.Instance, ui_port: int
+) -> dict[int, str]:
+    """The host ports that are an approval UI's, and whose: *ui_port* (this instance's
+    ``guardian.ui_port``) and the port of every guardian's hub container on the engine,
+    this instance's or another's, running or stopped."""
+    found: dict[int, str] = {ui_port: "guardian.ui_port in this machine's config"}
+    hubs: list[Container] = client.containers.list(
+        all=True, filters={"label": [stack.LABEL_GUARDIAN, f"{COMPOSE_SERVICE_LABEL}=approval"]}
+    )
+    for container in hubs:
+        labels = container.labels
+        if labels.get(stack.LABEL_INSTANCE) == instance.id:
+            who = f"{container.name}, this guardian's approval hub"
+        elif stack.LABEL_INSTANCE not in labels:
+            who = f"{container.name}, the approval hub of an older Cloister's guardian"
+        else:
+            from cloister_cli.guardian import whose  # noqa: PLC0415 - it imports this module
+
+            who = f"{container.name}, the approval hub of {whose(labels)} guardian"
+        for port in _bound_ports(container.attrs, f"{stack.APPROVAL_PORT}/tcp"):
+            found.setdefault(port, who)
+    return found
+
+
+def forwarder_on(client: docker.DockerClient, host_port: int) -> Container | None:
+    """The running forwarder, of any instance, that publishes *host_port*, if one does."""
+    running: list[Container] = client.containers.list(filters={"label": [stack.LABEL_FORWARD]})
+    return next((each for each in running if _host_port(each) == host_port), None)
+
+
+def _refuse_hub_port(
+    hubs: dict[int, str], name: str, spec: PortSpec, host_port: int | None
+) -> None:
+    if host_port not in hubs:
+        return
+    raise PortError(
+        f"port {host_port} on {HOST_ADDRESS} is the approval UI's ({hubs[host_port]}): a page"
+        " there would be in the hub's origin and could read its login; choose another:"
+        f" `cloister port {name} {spec.port}:HOSTPORT` (`{spec.port}:0` picks a free one)"
+    )
 
 
 # -- publishing --------------------------------------------------------------------------------
@@ -260,8 +343,8 @@ class Published:
     created: bool  # False: it was published already
 
 
-def running_cloister(client: docker.DockerClient, name: str) -> Container:
-    container = cloisters.find(client, name)
+def running_cloister(client: docker.DockerClient, instance: stack.Instance, name: str) -> Container:
+    container = cloisters.find(client, instance, name)
     if container is None:
         raise PortError(f"no cloister {name!r} (`cloister list`)")
     if container.status == "paused":
@@ -276,7 +359,7 @@ def running_cloister(client: docker.DockerClient, name: str) -> Container:
 
 
 def is_ports_network(attrs: dict[str, Any]) -> bool:
-    """The ports network as Cloister makes it (see :data:`stack.PORTS_NET`)."""
+    """The ports network as Cloister makes it (see :attr:`stack.Instance.ports_net`)."""
     options = attrs.get("Options") or {}
     return (
         attrs.get("Driver") == "bridge"
@@ -293,45 +376,49 @@ def _gateway(attrs: dict[str, Any]) -> str | None:
     return None
 
 
-def ensure_network(client: docker.DockerClient) -> str:
-    """Create the ports network if it is missing; its gateway's address."""
+def ensure_network(client: docker.DockerClient, instance: stack.Instance) -> str:
+    """Create the instance's ports network if it is missing; its gateway's address."""
+    name = instance.ports_net
     try:
-        network = client.networks.get(stack.PORTS_NET)
+        network = client.networks.get(name)
     except docker.errors.NotFound:
         try:
             client.networks.create(
-                stack.PORTS_NET,
+                name,
                 driver="bridge",
                 internal=False,
                 options=PORTS_OPTIONS,
                 enable_ipv6=False,
                 check_duplicate=True,
-                labels={stack.LABEL_GUARDIAN: "true"},
+                labels={stack.LABEL_GUARDIAN: "true", **instance.labels},
             )
         except docker.errors.APIError as error:
             problem = str(error.explanation or error)  # a concurrent `cloister port` made it?
         else:
             problem = "it is gone again"
         try:
-            network = client.networks.get(stack.PORTS_NET)
+            network = client.networks.get(name)
         except docker.errors.NotFound:
-            raise PortError(f"cannot create network {stack.PORTS_NET!r}: {problem}") from None
+            raise PortError(f"cannot create network {name!r}: {problem}") from None
     gateway = _gateway(network.attrs)
     if not is_ports_network(network.attrs) or gateway is None:
         raise PortError(
-            f"network {stack.PORTS_NET!r} exists but is not Cloister's (a bridge, not internal,"
+            f"network {name!r} exists but is not Cloister's (a bridge, not internal,"
             " without IPv6 or traffic between its containers, with an IPv4 gateway); remove it"
-            f" (`docker network rm {stack.PORTS_NET}`) and try again"
+            f" (`docker network rm {name}`) and try again"
         )
     return gateway
 
 
-def _existing(client: docker.DockerClient, name: str, port: int) -> Container | None:
+def _existing(
+    client: docker.DockerClient, instance: stack.Instance, name: str, port: int
+) -> Container | None:
     try:
-        container: Container = client.containers.get(stack.forwarder(name, port))
+        container: Container = client.containers.get(instance.forwarder(name, port))
     except docker.errors.NotFound:
         return None
-    if container.labels.get(stack.LABEL_FORWARD) != name:
+    labels = container.labels
+    if labels.get(stack.LABEL_FORWARD) != name or labels.get(stack.LABEL_INSTANCE) != instance.id:
         raise PortError(f"container {container.name} exists and is not this port's forwarder")
     return container
 
@@ -341,9 +428,11 @@ def _remove_quietly(container: Container) -> None:
         container.remove(force=True)
 
 
-def _taken(client: docker.DockerClient, name: str, spec: PortSpec) -> PortError:
+def _taken(
+    client: docker.DockerClient, instance: stack.Instance, name: str, spec: PortSpec
+) -> PortError:
     holder = next(
-        (each for each in forwards(client) if each.host_port == spec.host_port),
+        (each for each in forwards(client, instance) if each.host_port == spec.host_port),
         None,
     )
     who = (
@@ -381,17 +470,26 @@ def _wait_ready(container: Container, image: str) -> None:
         time.sleep(0.05)
 
 
-def publish(client: docker.DockerClient, name: str, spec: PortSpec, *, image: str) -> Published:
+def publish(
+    client: docker.DockerClient,
+    instance: stack.Instance,
+    name: str,
+    spec: PortSpec,
+    *,
+    image: str,
+    ui_port: int,
+) -> Published:
     """Publish port *spec.port* of the running cloister *name* on the host's 127.0.0.1.
 
     Publishing a port again answers with the forward there is, unless another HOSTPORT
-    was given (0 is any); then it is an error.
+    was given (0 is any); then it is an error. An approval UI's port (*ui_port*, this
+    instance's ``guardian.ui_port``, or any hub's on the engine) is refused.
     """
-    cloister = running_cloister(client, name)
-    for forwarder in _forwarders(client, name):
+    cloister = running_cloister(client, instance, name)
+    for forwarder in _forwarders(client, instance, name):
         if not _is_current(forwarder, cloister):  # left by an earlier cloister of this name
             _remove_quietly(forwarder)
-    current = _existing(client, name, spec.port)
+    current = _existing(client, instance, name, spec.port)
     if current is not None:
         existing = _forward(current, cloister)
         if existing.status != "running" or existing.host_port is None:
@@ -403,7 +501,11 @@ def publish(client: docker.DockerClient, name: str, spec: PortSpec, *, image: st
                 f"port {spec.port} of cloister {name!r} is already published on {existing.host};"
                 f" `cloister port {name} {spec.port} --remove` first"
             )
-    forwarder_plan = plan(cloister, name, spec, gateway=ensure_network(client), image=image)
+    hubs = hub_ports(client, instance, ui_port)
+    _refuse_hub_port(hubs, name, spec, spec.host_port)
+    forwarder_plan = plan(
+        instance, cloister, name, spec, gateway=ensure_network(client, instance), image=image
+    )
     try:
         container: Container = client.containers.create(**forwarder_plan.create_kwargs())
     except docker.errors.ImageNotFound:
@@ -415,14 +517,16 @@ def publish(client: docker.DockerClient, name: str, spec: PortSpec, *, image: st
             f"cannot create {forwarder_plan.container}: {error.explanation or error}"
         ) from None
     try:
-        client.networks.get(stack.CLOISTER_NET).connect(container)
+        client.networks.get(instance.cloister(name)).connect(container)
         container.start()
         _wait_ready(container, image)
+        # HOSTPORT 0: the engine may have chosen the port of a hub that is stopped.
+        _refuse_hub_port(hubs, name, spec, _host_port(container))
     except docker.errors.APIError as error:
         _remove_quietly(container)
         detail = str(error.explanation or error)
         if any(marker in detail for marker in _TAKEN):
-            raise _taken(client, name, spec) from None
+            raise _taken(client, instance, name, spec) from None
         raise PortError(f"cannot start {forwarder_plan.container}: {detail}") from None
     except BaseException:
         _remove_quietly(container)
@@ -433,39 +537,41 @@ def publish(client: docker.DockerClient, name: str, spec: PortSpec, *, image: st
 # -- removing ----------------------------------------------------------------------------------
 
 
-def remove(client: docker.DockerClient, name: str, port: int) -> Forward:
+def remove(client: docker.DockerClient, instance: stack.Instance, name: str, port: int) -> Forward:
     """Stop publishing port *port* of cloister *name*; what was published."""
-    for forwarder in _forwarders(client, name):
+    for forwarder in _forwarders(client, instance, name):
         if forwarder.labels.get(stack.LABEL_FORWARD_PORT) == str(port):
-            forward = _forward(forwarder, cloisters.find(client, name))
+            forward = _forward(forwarder, cloisters.find(client, instance, name))
             _remove_quietly(forwarder)
             return forward
     raise PortError(f"cloister {name!r} publishes no port {port} (`cloister port {name} --list`)")
 
 
-def remove_all(client: docker.DockerClient, name: str | None) -> list[str]:
+def remove_all(
+    client: docker.DockerClient, instance: stack.Instance, name: str | None
+) -> list[str]:
     """Remove the forwarders of cloister *name* (None: every one); their names.
 
     Never raises for one that cannot be removed: ``cloister stop`` must go on. What
     stays is listed as stale, and replaced when that port is published again.
     """
     removed = []
-    for forwarder in _forwarders(client, name):
+    for forwarder in _forwarders(client, instance, name):
         with contextlib.suppress(docker.errors.APIError):  # NotFound too
             forwarder.remove(force=True)
             removed.append(forwarder.name or forwarder.short_id)
     return removed
 
 
-def remove_stale(client: docker.DockerClient) -> list[str]:
+def remove_stale(client: docker.DockerClient, instance: stack.Instance) -> list[str]:
     """Remove the forwarders whose cloister is gone (or is another container now); their
     names. For ``cloister gc``: the address they join may be another cloister's by now."""
     found: dict[str, Container | None] = {}
     removed = []
-    for forwarder in _forwarders(client, None):
+    for forwarder in _forwarders(client, instance, None):
         owner = forwarder.labels.get(stack.LABEL_FORWARD, "")
         if owner not in found:
-            found[owner] = cloisters.find(client, owner)
+            found[owner] = cloisters.find(client, instance, owner)
         if not _is_current(forwarder, found[owner]):
             with contextlib.suppress(docker.errors.APIError):
                 forwarder.remove(force=True)

@@ -75,7 +75,7 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
             f"the worktree {workspace.directory} would be created first; what is read-only"
             " in it is known only then (not shown)"
         )
-    existing = cloisters.find(context.docker, name)
+    existing = cloisters.find(context.docker, context.instance, name)
     running = existing is not None and existing.status == "running"
     if running:
         notes.append(f"cloister {name} runs already: `cloister start` would attach to it")

@@ -12,6 +12,7 @@ in the work tree to the quarantine (the human's git would obey their config).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ from cloister_cli.review import (
     new_findings,
     review,
 )
+from cloister_core import stack
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
@@ -196,7 +198,8 @@ def fix(client: docker.DockerClient, paths: CloisterPaths, before: Report) -> Fi
     directories on the way to what is moved.
     """
     if before.session is not None:
-        container = cloisters.find(client, before.session.cloister)
+        instance = stack.Instance.of(paths, os.getuid())
+        container = cloisters.find(client, instance, before.session.cloister)
         if container is not None and container.status == "running":
             name = before.session.cloister
             raise CloisterError(

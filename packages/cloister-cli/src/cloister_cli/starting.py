@@ -335,6 +335,7 @@ def plan_container(
         workspace,
         name,
         parts.record,
+        instance=context.instance,
         image=parts.image,
         limits=context.config.defaults,
         refs=[Path(ref) for ref in parts.project_config.refs],
@@ -381,7 +382,7 @@ def plan_agent(
 def _running(context: Context, workspace: Workspace, name: str) -> str | None:
     """The container of cloister *name* when it runs for *workspace* (a dead one is
     stopped, so that the start begins afresh); refused when another directory's."""
-    existing = cloisters.find(context.docker, name)
+    existing = cloisters.find(context.docker, context.instance, name)
     if existing is None:
         return None
     if existing.labels.get(stack.LABEL_PATH) != str(workspace.directory):
@@ -534,7 +535,14 @@ def start(
         )
         plan, notes = plan_container(context, workspace, name, parts)
         warnings.extend(notes)
-        container = cloisters.create(context.docker, context.paths, plan, record)
+        container = cloisters.create(
+            context.docker,
+            context.paths,
+            plan,
+            record,
+            instance=context.instance,
+            guardian=context.config.guardian,
+        )
     except BaseException:
         sessions.release(context.paths, prepared.session)
         gitdirs.remove(context.paths, name)

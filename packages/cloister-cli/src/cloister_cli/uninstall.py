@@ -4,7 +4,8 @@ In order: every cloister is stopped as ``cloister stop --all`` stops it (contain
 removed, token revoked, its commits brought back, what the agent left reviewed), and so
 is one whose container is gone but whose git directory is left; then the guardian stack
 (``docker compose down``) with whatever of its containers compose did not know about,
-and the host executor; then Cloister's images and networks are removed. With
+and the host executor; then Cloister's images and this instance's networks (its
+stack's and its cloisters', :class:`cloister_core.stack.Instance`) are removed. With
 ``purge``, the worktrees Cloister made are removed from their repositories and the
 config and data directories deleted.
 
@@ -25,8 +26,9 @@ from typing import Any, Literal
 
 import docker.errors
 
-from cloister_cli import executor_process, gc, git, gitdirs, lifecycle, listing
+from cloister_cli import executor_process, gc, git, gitdirs, lifecycle, listing, networks
 from cloister_cli.agentstate import make_writable
+from cloister_cli.guardian import whose
 from cloister_cli.images import (
     AGENT_IMAGE,
     APPROVAL_IMAGE,
@@ -47,7 +49,6 @@ IMAGES = tuple(
         PROXY_IMAGE, APPROVAL_IMAGE, GATEWAY_IMAGE, GIT_IMAGE, AGENT_IMAGE, SLIM_AGENT_IMAGE
     )
 )  # fmt: skip
-NETWORKS = (stack.CLOISTER_NET, stack.EGRESS_NET, stack.CONTROL_NET, stack.PORTS_NET)
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 # What only Cloister puts there: one of these makes a directory look like Cloister's.
 CONFIG_MARKERS = ("config.yaml", "tokens", "projects", "decisions")
@@ -63,7 +64,8 @@ DATA_MARKERS = (
     "quarantine",
 )
 
-Outcome = Literal["done", "absent", "failed", "kept"]
+# shared: left for another guardian on the engine (not a failure)
+Outcome = Literal["done", "absent", "failed", "kept", "shared"]
 
 
 class UninstallError(CloisterError):
@@ -197,7 +199,7 @@ def _unsynced_dead(context: Context, running: Sequence[str]) -> list[str]:
 
 
 def stop_cloisters(context: Context, summary: Summary) -> Iterator[Step]:
-    names = [info.name for info in listing.list_cloisters(context.docker)]
+    names = [info.name for info in listing.list_cloisters(context.docker, context.instance)]
     for name in [*names, *_unsynced_dead(context, names)]:
         try:
             outcome = lifecycle.stop(context, name)
@@ -211,19 +213,21 @@ def stop_cloisters(context: Context, summary: Summary) -> Iterator[Step]:
 
 def stop_guardian(context: Context) -> Iterator[Step]:
     executor = executor_process.running(context.paths)
+    project = context.instance.project
     try:
         up = [service.name for service in context.guardian.services() if service.state != "absent"]
         context.guardian.stop()
     except (CloisterError, docker.errors.DockerException) as error:
-        yield Step("guardian", stack.PROJECT, "failed", f"could not stop the guardian: {error}")
+        yield Step("guardian", project, "failed", f"could not stop the guardian: {error}")
     else:
         if up:
-            yield Step("guardian", stack.PROJECT, "done", "stopped the guardian stack")
+            yield Step("guardian", project, "done", "stopped the guardian stack")
         else:
-            yield Step("guardian", stack.PROJECT, "absent", "the guardian stack was not running")
-    # Started from another data directory, or its compose file gone: by the label.
+            yield Step("guardian", project, "absent", "the guardian stack was not running")
+    # Its compose file gone: by the labels (the instance's own, never another's).
     leftovers = context.docker.containers.list(
-        all=True, filters={"label": f"{COMPOSE_PROJECT_LABEL}={stack.PROJECT}"}
+        all=True,
+        filters={"label": [f"{COMPOSE_PROJECT_LABEL}={project}", context.instance.label_filter]},
     )
     for container in leftovers:
         name = container.name or container.short_id
@@ -257,7 +261,7 @@ def _remove(kind: str, name: str, remove: Callable[[str], object]) -> Step:
     return Step(kind, name, "done", f"removed {kind} {name}")
 
 
-def remove_forwarders(client: docker.DockerClient) -> Iterator[Step]:
+def remove_forwarders(client: docker.DockerClient, instance: stack.Instance) -> Iterator[Step]:
     """`cloister port`'s forwarders that outlived their cloister (stopping one removes
     its own): they would keep the proxy's image and two networks."""
 
@@ -265,20 +269,52 @@ def remove_forwarders(client: docker.DockerClient) -> Iterator[Step]:
         client.containers.get(name).remove(force=True)
 
     for label in (stack.LABEL_FORWARD, stack.LABEL_SYNC):  # and syncs a killed CLI left
-        for container in client.containers.list(all=True, filters={"label": label}):
+        found = client.containers.list(all=True, filters={"label": [instance.label_filter, label]})
+        for container in found:
             yield _remove("container", container.name or container.short_id, remove)
 
 
-def remove_images(client: docker.DockerClient) -> Iterator[Step]:
+def other_instances(client: docker.DockerClient, instance: stack.Instance) -> dict[str, str]:
+    """Other guardians' instances on this engine (id → whose): they use the same images."""
+    labelled: dict[str, str | list[str] | bool] = {"label": [stack.LABEL_INSTANCE]}
+    label_sets = [
+        container.labels for container in client.containers.list(all=True, filters=labelled)
+    ]
+    label_sets += [
+        network.attrs.get("Labels") or {} for network in client.networks.list(filters=labelled)
+    ]
+    return {
+        labels[stack.LABEL_INSTANCE]: whose(labels)
+        for labels in label_sets
+        if labels.get(stack.LABEL_INSTANCE) not in (None, "", instance.id)
+    }
+
+
+def remove_images(client: docker.DockerClient, instance: stack.Instance) -> Iterator[Step]:
+    """Cloister's images, unless another guardian on this engine still has them in use:
+    images are the engine's, not an instance's."""
+    others = other_instances(client, instance)
+    if others:
+        users = "; ".join(f"{owner} {instance_id}" for instance_id, owner in sorted(others.items()))
+        for tag in IMAGES:
+            yield Step("image", tag, "shared", f"kept image {tag}: other guardians use it: {users}")
+        return
     for tag in IMAGES:
         yield _remove("image", tag, client.images.remove)
 
 
-def remove_networks(client: docker.DockerClient) -> Iterator[Step]:
-    def remove(name: str) -> None:
-        client.networks.get(name).remove()
+def remove_networks(client: docker.DockerClient, instance: stack.Instance) -> Iterator[Step]:
+    """The instance's networks: its cloisters' (what a stop left), then its stack's."""
 
-    for name in NETWORKS:
+    def remove(name: str) -> None:
+        network = client.networks.get(name)
+        if (network.attrs.get("Labels") or {}).get(stack.LABEL_INSTANCE) != instance.id:
+            raise docker.errors.NotFound(f"{name} is not this instance's")
+        networks.remove_network(network)
+
+    for network in networks.instance_networks(client, instance):
+        yield _remove("network", str(network.name), remove)
+    for name in (instance.egress_net, instance.control_net, instance.ports_net):
         yield _remove("network", name, remove)
 
 
@@ -339,9 +375,9 @@ def uninstall(
     parts: list[Iterator[Step]] = [
         stop_cloisters(context, summary),
         stop_guardian(context),
-        remove_forwarders(client),
-        remove_images(client),
-        remove_networks(client),
+        remove_forwarders(client, context.instance),
+        remove_images(client, context.instance),
+        remove_networks(client, context.instance),
     ]
     for part in parts:
         for step in part:

@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # the types, for mypy; at run time each name is imported when
     )
     from cloister_core.names import (
         cloister_name,
-        container_name,
         project_name_from_path,
         sanitize_branch,
         validate_name,
@@ -111,7 +110,6 @@ _EXPORTS = {
     "normalize_host": "hosts",
     "normalize_pattern": "hosts",
     "cloister_name": "names",
-    "container_name": "names",
     "project_name_from_path": "names",
     "sanitize_branch": "names",
     "validate_name": "names",
@@ -162,7 +160,6 @@ __all__ = [
     "canonical_command",
     "check_git_argv",
     "cloister_name",
-    "container_name",
     "generate_token",
     "git_environment",
     "hardened_git_config",

@@ -2,7 +2,7 @@
 
 The agent in a cloister never holds a real API key or OAuth token (for the
 ``api-key`` and ``oauth-token`` methods): its base URL is the credential gateway on
-cloister-net, and the "key" it sends is its cloister token, which says who is calling.
+its own network, and the "key" it sends is its cloister token, which says who is calling.
 The gateway puts the real credential in its place on the way to the vendor's API.
 
 What is shared by the CLI (``cloister setup``, the cloister's environment) and the
@@ -16,7 +16,6 @@ mounts it (read-only).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,9 +54,6 @@ class Provider:
     token_headers: tuple[str, ...]  # request headers that may carry the client's key
     # upstream header per method: name and value template ({secret} replaced)
     upstream: Mapping[Method, tuple[tuple[str, str], ...]]
-    # The model API the agent needs (paths after the prefix, no query): nothing else of
-    # what the key allows (minting keys, files, batches, the organisation's data).
-    paths: re.Pattern[str]
 
     def upstream_headers(self, method: Method, secret: str) -> list[tuple[str, str]]:
         """The headers that carry the real credential to the vendor."""
@@ -74,7 +70,6 @@ PROVIDERS: dict[str, Provider] = {
             "api-key": (("x-api-key", "{secret}"),),
             "oauth-token": (("authorization", "Bearer {secret}"),),
         },
-        paths=re.compile(r"/v1/messages(/count_tokens)?|/v1/models(/[A-Za-z0-9._@:-]+)?"),
     ),
     "codex": Provider(
         agent="codex",
@@ -85,9 +80,6 @@ PROVIDERS: dict[str, Provider] = {
             "api-key": (("authorization", "Bearer {secret}"),),
             "oauth-token": (("authorization", "Bearer {secret}"),),
         },
-        paths=re.compile(
-            r"/v1/responses(/compact)?|/v1/chat/completions|/v1/models(/[A-Za-z0-9._:-]+)?"
-        ),
     ),
     "gemini": Provider(
         agent="gemini",
@@ -98,10 +90,6 @@ PROVIDERS: dict[str, Provider] = {
             "api-key": (("x-goog-api-key", "{secret}"),),
             "oauth-token": (("authorization", "Bearer {secret}"),),
         },
-        paths=re.compile(
-            r"/v1(alpha|beta)?/models(/[A-Za-z0-9._-]+(:(generateContent"
-            r"|streamGenerateContent|countTokens|embedContent|batchEmbedContents))?)?"
-        ),
     ),
 }
 

@@ -6,14 +6,21 @@ a read-only mount. The CLI sends it on every call as ``Authorization: Bearer
 <secret>``. A browser gets in through a one-time login URL (``cloister guardian
 open``)::
 
-    http://127.0.0.1:<port>/login?ticket=<nonce>.<expiry>.<mac>
+    http://127.0.0.1:<port>/login?ticket=<nonce>.<issued>.<expiry>.<mac>
 
-``nonce`` is 16 random bytes (hex), ``expiry`` Unix seconds, and ``mac`` the hex
-HMAC-SHA256 under the secret of ``login|<nonce>|<expiry>``. The hub checks the MAC
-and the expiry and accepts each nonce once, then sets its browser cookie. No file or
-socket carries the ticket: whoever holds the secret can mint one, nobody else can.
+``nonce`` is 16 random bytes (hex), ``issued`` and ``expiry`` Unix seconds, and ``mac``
+the hex HMAC-SHA256 under the secret of ``login|<nonce>|<issued>|<expiry>``. The hub's
+login page trades the ticket (once, before it expires) for a browser session token,
+which it keeps in the hub origin's own storage. Whoever holds the secret can mint a
+ticket, nobody else can.
 
-The CLI mints tickets and the hub verifies them, so the format lives here, once.
+``cloister guardian logout`` ends every browser session issued so far, and every
+ticket minted so far: it writes the Unix second before which neither counts to
+``<data>/guardian/hub-sessions/revoked-before`` (atomically; the hub mounts the
+directory read-only, so it sees each new file, and re-reads it when it changes).
+
+The CLI mints tickets and revokes sessions, the hub verifies both, so the formats
+live here, once.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlencode
 
 from cloister_core.errors import CloisterError
+from cloister_core.fileio import atomic_write
 
 SECRET_BYTES = 32
 AUTH_HEADER = "Authorization"
@@ -37,7 +46,10 @@ TICKET_SECONDS = 60
 # The hub refuses tickets that claim to live longer: it remembers used nonces until
 # they expire, so this bounds that memory (and a ticket copied by mistake).
 MAX_TICKET_SECONDS = 600
-_TICKET = re.compile(r"([0-9a-f]{32})\.([0-9]{1,12})\.([0-9a-f]{64})")
+_TICKET = re.compile(r"([0-9a-f]{32})\.([0-9]{1,12})\.([0-9]{1,12})\.([0-9a-f]{64})")
+SESSIONS_DIR = "hub-sessions"  # in <data>/guardian, beside hub.secret
+REVOKED_BEFORE = "revoked-before"
+_SECONDS = re.compile(r"[0-9]{1,12}")
 
 
 class TicketError(CloisterError):
@@ -47,6 +59,7 @@ class TicketError(CloisterError):
 @dataclass(frozen=True, slots=True)
 class Ticket:
     nonce: str
+    issued: int  # Unix seconds: a logout after it refuses the ticket
     expiry: int
 
 
@@ -63,8 +76,9 @@ def mac(secret: str, purpose: str, *parts: str) -> str:
 
 def mint_ticket(secret: str, *, now: float, lifetime: int = TICKET_SECONDS) -> str:
     nonce = secrets.token_hex(16)
+    issued = str(int(now))
     expiry = str(int(now) + lifetime)
-    return f"{nonce}.{expiry}.{mac(secret, 'login', nonce, expiry)}"
+    return f"{nonce}.{issued}.{expiry}.{mac(secret, 'login', nonce, issued, expiry)}"
 
 
 def login_url(base_url: str, secret: str, *, now: float, lifetime: int = TICKET_SECONDS) -> str:
@@ -74,18 +88,45 @@ def login_url(base_url: str, secret: str, *, now: float, lifetime: int = TICKET_
 
 
 def verify_ticket(secret: str, ticket: str, *, now: float) -> Ticket:
-    """The ticket's nonce and expiry if its MAC is right and it has not expired.
+    """The ticket's nonce, issue and expiry time if its MAC is right and it has not
+    expired.
 
-    Whether the nonce was already used is the hub's to remember.
+    Whether the nonce was already used, and whether a logout came after the ticket,
+    are the hub's to know.
     """
     match = _TICKET.fullmatch(ticket)
     if match is None:
         raise TicketError("this login link is not valid")
-    nonce, expiry, presented = match.groups()
-    if not hmac.compare_digest(presented, mac(secret, "login", nonce, expiry)):
+    nonce, issued, expiry, presented = match.groups()
+    if not hmac.compare_digest(presented, mac(secret, "login", nonce, issued, expiry)):
         raise TicketError("this login link is not valid (made with another hub secret?)")
     if int(expiry) <= now:
         raise TicketError("this login link has expired")
-    if int(expiry) > now + MAX_TICKET_SECONDS:
+    if int(expiry) - int(issued) > MAX_TICKET_SECONDS or int(expiry) > now + MAX_TICKET_SECONDS:
         raise TicketError(f"this login link claims to live longer than {MAX_TICKET_SECONDS}s")
-    return Ticket(nonce, int(expiry))
+    return Ticket(nonce, int(issued), int(expiry))
+
+
+def sessions_dir(hub_secret_file: Path) -> Path:
+    """The directory of the session revocation file: beside the hub secret."""
+    return hub_secret_file.parent / SESSIONS_DIR
+
+
+def revoke_sessions(directory: Path, *, now: float) -> int:
+    """End every browser session issued, and every ticket minted, up to *now*; the
+    cut-off (Unix seconds) written.
+
+    Both count from the second after: one made in the same second as the logout is
+    ended too, rather than one made before it kept.
+    """
+    cutoff = int(now) + 1
+    atomic_write(directory / REVOKED_BEFORE, f"{cutoff}\n", mode=0o644, dir_mode=0o755)
+    return cutoff
+
+
+def parse_revoked_before(text: str) -> int:
+    """The cut-off in a revocation file; ValueError for anything but Unix seconds."""
+    value = text.strip()
+    if not _SECONDS.fullmatch(value):
+        raise ValueError(f"not Unix seconds: {value[:40]!r}")
+    return int(value)

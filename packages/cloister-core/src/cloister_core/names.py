@@ -1,4 +1,4 @@
-"""Project, cloister, branch-directory and container names.
+"""Project, cloister and branch-directory names.
 
 Every name Cloister derives ends up as a file name (``projects/<p>.yaml``,
 ``tokens/<cloister>``), a directory (``worktrees/<project>/<branch>``) and part of a
@@ -16,9 +16,9 @@ from pathlib import PurePath
 from cloister_core.errors import CloisterNameError
 
 MAX_NAME_LENGTH = 63
-CONTAINER_PREFIX = "cloister-"
-# The guardian stack's containers and network aliases live in the same namespace
-# ("cloister-guardian", ...), so a cloister may not be called that.
+# A cloister's container is cloister-<instance>-<name>, the guardian's services'
+# cloister-<instance>-guardian-<service> (cloister_core.stack.Instance), and both are
+# DNS names on a cloister's network: so a cloister may not be called guardian-....
 RESERVED_CLOISTER_PREFIX = "guardian"
 
 _VALID_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
@@ -98,20 +98,3 @@ def validate_cloister_name(name: str) -> str:
             f" {RESERVED_CLOISTER_PREFIX!r} belong to the guardian stack); choose one with -p NAME"
         )
     return name
-
-
-def container_name(cloister: str) -> str:
-    """The Docker container that runs cloister *cloister*: ``cloister-<name>``."""
-    return CONTAINER_PREFIX + validate_cloister_name(cloister)
-
-
-def cloister_from_container(container: str) -> str | None:
-    """Inverse of :func:`container_name`; ``None`` for containers that are not ours."""
-    name = container.removeprefix("/")
-    if not name.startswith(CONTAINER_PREFIX):
-        return None
-    candidate = name[len(CONTAINER_PREFIX) :]
-    try:
-        return validate_cloister_name(candidate)
-    except CloisterNameError:
-        return None

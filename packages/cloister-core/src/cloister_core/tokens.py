@@ -5,7 +5,7 @@ to ``<config>/tokens/<cloister>`` (mode 0600); the guardian services load that
 directory read-only. The token value is a secret: records hide it from ``repr`` and
 logs (:class:`pydantic.SecretStr`), and a listing never shows it.
 
-A token is bound to its cloister's address on cloister-net (``address``, written by
+A token is bound to its cloister's address on its own network (``address``, written by
 the CLI once the container has one): the services refuse it from any other address, so
 a cloister that learns another's token still cannot act as it. A record without an
 address (the moment between the container's creation and its address) is refused.
@@ -62,7 +62,7 @@ class TokenRecord(BaseModel):
     branch: str | None = None
     path: str
     created_at: AwareDatetime
-    address: str | None = None  # the cloister's address on cloister-net
+    address: str | None = None  # the cloister's address on its own network
 
     @field_validator("token")
     @classmethod

@@ -2,7 +2,7 @@
 
 It listens on a Unix socket under ``<data>/run/`` (mode 0600, in a 0700 directory):
 that directory is bind-mounted into the hostexec gateway's container and nowhere
-else, and there is no TCP listener on Linux, so nothing on cloister-net (nor a host
+else, and there is no TCP listener on Linux, so nothing on a cloister's network (nor a host
 service reachable through a bridge) can talk to it. ``--tcp 127.0.0.1:PORT`` exists
 only for Docker Desktop, where a socket cannot cross into the engine's VM; it is
 refused for any non-loopback address.

@@ -1,6 +1,6 @@
 """``cloister-executor gateway``: the hostexec request server cloisters call (port 9998).
 
-It sits on cloister-net (cloisters reach it) and the control network (it reaches the
+It sits on every cloister's own network (cloisters reach it) and the control network (it reaches the
 approval hub), and it has the executor's socket directory mounted. For each
 ``POST /request`` (header ``X-Cloister-Token``, body ``{"args": [...]}``):
 
@@ -12,20 +12,26 @@ approval hub), and it has the executor's socket directory mounted. For each
 4. the executor runs it in the cloister's own host directory and the answer is
    ``{status, exit_code, stdout, stderr, reason, stdout_truncated, stderr_truncated}``.
 
+While a command waits for a human the gateway watches its client: when the client
+closes its connection, the question to the hub is cancelled (its HTTP request closed,
+so the hub withdraws the item from the UI) and the command never runs (audit decision
+``client-gone``).
+
 Audit lines: request, decision, completion (exit code, duration).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 import uvicorn
@@ -59,6 +65,10 @@ from cloister_executor.protocol import ExecRefusal
 
 Status = Literal["auto_approved", "approved", "denied", "timeout", "error"]
 REFRESH_SECONDS = 0.5
+T = TypeVar("T")
+# Returns when the client has closed its connection (ASGI ``http.disconnect``).
+Gone = Callable[[], Coroutine[Any, Any, None]]
+CLIENT_GONE = "client-gone"  # the audit status of a command whose client went away
 
 
 class GatewaySettings(BaseSettings):
@@ -173,6 +183,49 @@ class HostexecOut(BaseModel):
 LINES_TYPE = "text/x-hostexec"
 
 
+def _refused_by_hub(response: httpx.Response) -> str:
+    """The hub's reason for refusing to hold a command (its JSON ``error``)."""
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    problem = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(problem, str):
+        problem = response.text[:200]
+    return f"not asked: the approval hub refused to hold it ({problem})"
+
+
+class ClientGoneError(Exception):
+    """The client closed its connection while its command waited for a human."""
+
+
+async def _captured(work: Awaitable[T]) -> T | Exception:
+    # In a task group an exception would cancel the sibling and come out as a group.
+    try:
+        return await work
+    except Exception as error:
+        return error
+
+
+async def _while_connected(gone: Gone, work: Awaitable[T]) -> T:
+    """*work*'s result; :class:`ClientGoneError` (and *work* cancelled) if the client goes.
+
+    A client that went as the answer came counts as gone: nothing runs for nobody.
+    """
+    async with asyncio.TaskGroup() as group:
+        doing = group.create_task(_captured(work))
+        watching = group.create_task(gone())
+        await asyncio.wait((doing, watching), return_when=asyncio.FIRST_COMPLETED)
+        doing.cancel()
+        watching.cancel()
+    if not watching.cancelled() or doing.cancelled():
+        raise ClientGoneError
+    result = doing.result()
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
 def answer(out: HostexecOut, status_code: int = 200, *, lines: bool = False) -> Response:
     if lines:
         return PlainTextResponse(out.as_lines(), status_code=status_code, media_type=LINES_TYPE)
@@ -229,7 +282,9 @@ class Gateway:
         )
         self._audit.write("hostexec.refused", peer=peer, reason="token-address")
 
-    async def handle(self, record: TokenRecord, request: HostexecIn) -> HostexecOut:
+    async def handle(self, record: TokenRecord, request: HostexecIn, gone: Gone) -> HostexecOut:
+        """Decide and run *request*; :class:`ClientGoneError` if *gone* returns first
+        while a human is asked (then nothing runs)."""
         policy = self._policies.get(record.project)
         # One id ties a request's audit lines together when requests overlap.
         who: dict[str, Any] = {
@@ -258,7 +313,17 @@ class Gateway:
         if verdict.action == "auto_approve":
             status = "auto_approved"
         elif verdict.action == "manual_approve":
-            decided = await self._ask_human(record, request.args, verdict)
+            try:
+                decided = await self._ask_human(record, request.args, verdict, gone)
+            except ClientGoneError:
+                self._log(
+                    "hostexec.decision",
+                    who,
+                    command=verdict.command,
+                    status=CLIENT_GONE,
+                    reason="the client closed the connection while waiting for approval",
+                )
+                raise
             if decided.action != "approve":
                 status = "timeout" if decided.action == "timeout" else "denied"
                 reason = decided.reason or (
@@ -289,7 +354,7 @@ class Gateway:
         )
 
     async def _ask_human(
-        self, record: TokenRecord, argv: list[str], verdict: CommandVerdict
+        self, record: TokenRecord, argv: list[str], verdict: CommandVerdict, gone: Gone
     ) -> CommandDecision:
         if self._hub is None or not self._settings.approval_url:
             return CommandDecision(action="deny", reason="no approval hub is configured")
@@ -304,12 +369,20 @@ class Gateway:
         )
         headers = {"Authorization": f"{SERVICE_AUTH_SCHEME} {self._credential}"}
         try:
-            response = await self._hub.post(
-                self._settings.approval_url.rstrip("/") + SERVICE_COMMANDS_PATH,
-                json=request.model_dump(mode="json"),
-                headers=headers,
-                timeout=httpx.Timeout(wait + 5.0, connect=5.0),
+            # Cancelled when the client goes: httpx closes the connection, and the hub
+            # withdraws the item when its request goes away.
+            response = await _while_connected(
+                gone,
+                self._hub.post(
+                    self._settings.approval_url.rstrip("/") + SERVICE_COMMANDS_PATH,
+                    json=request.model_dump(mode="json"),
+                    headers=headers,
+                    timeout=httpx.Timeout(wait + 5.0, connect=5.0),
+                ),
             )
+            if response.status_code == 429:
+                # This cloister's fair share of the approval UI is used up: say so.
+                return CommandDecision(action="deny", reason=_refused_by_hub(response))
             response.raise_for_status()
             return CommandDecision.model_validate_json(response.content)
         except (httpx.HTTPError, ValidationError) as error:
@@ -365,6 +438,19 @@ def _unsafe_git(argv: list[str]) -> str | None:
     return None
 
 
+# Never sent (the client has gone): the status a log of the exchange would show.
+GONE = Response(status_code=499)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client's connection closes (ASGI ``http.disconnect``).
+
+    Called once the body is read, so the next message is the disconnect.
+    """
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def request_endpoint(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     settings: GatewaySettings = request.app.state.settings
@@ -404,9 +490,11 @@ async def request_endpoint(request: Request) -> Response:
             HostexecOut(status="error", reason=f"invalid request: {problems}"), 400, lines=lines
         )
     try:
-        out = await gateway.handle(record, parsed)
+        out = await gateway.handle(record, parsed, lambda: _disconnected(request))
     except InvalidCommandError as error:
         return answer(HostexecOut(status="error", reason=str(error)), 400, lines=lines)
+    except ClientGoneError:
+        return GONE
     return answer(out, lines=lines)
 
 
@@ -426,7 +514,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient() as hub:
+        # No pool limit: every held command keeps its own connection to the hub, and
+        # the hub caps each cloister's share (proxy.max_held_per_cloister).
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=16)
+        async with httpx.AsyncClient(limits=limits) as hub:
             app.state.gateway = Gateway(settings, executor, hub, audit)
             # The CLI waits for this line before it calls the stack ready.
             Gateway._report(f"listening on {settings.host}:{settings.port}")

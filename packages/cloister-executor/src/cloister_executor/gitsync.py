@@ -42,7 +42,6 @@ from cloister_core import beneath, stack
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write, locked
 from cloister_core.gitrun import GitError, run_git
-from cloister_core.names import container_name
 from cloister_core.owngit import (
     EXPORT_OUTPUT,
     EXPORT_SOURCE,
@@ -172,6 +171,11 @@ class Syncer:
     fast_forward: bool = True
     uid_gid: str = field(default_factory=lambda: f"{os.getuid()}:{os.getgid()}")
 
+    @property
+    def instance(self) -> stack.Instance:
+        """Whose containers these are (:class:`cloister_core.stack.Instance`)."""
+        return stack.Instance.of(self.paths, os.getuid())
+
     def lock(self, cloister: str) -> contextlib.AbstractContextManager[None]:
         return locked(self.paths.git_dirs_dir / f"{cloister}.sync")
 
@@ -299,10 +303,10 @@ class Syncer:
         finished = self.engine.run(
             ContainerSpec(
                 image=stack.GIT_IMAGE,
-                name_prefix=f"{stack.PROJECT}-sync-{cloister}",
+                name_prefix=self.instance.sync_prefix(cloister),
                 user=self.uid_gid,
                 binds=binds,
-                labels={stack.LABEL_SYNC: cloister},
+                labels={**self.instance.labels, stack.LABEL_SYNC: cloister},
             ),
             timeout=EXPORT_TIMEOUT,
         )
@@ -558,7 +562,7 @@ class Syncer:
     ) -> tuple[set[str], dict[str, str]]:
         """Move the cloister's branches and mirror the human's, from inside it; which
         branches moved, and the mirror as it now is there."""
-        container = container_name(session.cloister)
+        container = self.instance.cloister(session.cloister)
         mirrored = dict(session.host_heads)
         moved: set[str] = set()
         if humans != mirrored:

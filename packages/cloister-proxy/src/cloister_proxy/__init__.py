@@ -1,4 +1,4 @@
-"""cloister-proxy: the authenticated allowlist egress proxy on cloister-net.
+"""cloister-proxy: the authenticated allowlist egress proxy on each cloister's network.
 
 Skeleton: the package, its console script and its place in the workspace exist so
 that the stack, the lock file and CI are whole; the service itself is built in

@@ -67,7 +67,22 @@ Additions beyond the obvious lists (each a deliberate choice):
   ``::1`` before ``::/96`` "ipv4-compatible", and ``255.255.255.255/32`` "reserved"
   (broadcast) before ``240.0.0.0/4``: the specific class reads better in a refusal.
 
-An ``allow_private_networks`` entry overrides every class, own-address included: the
+**Never a destination.** Two sets of networks are refused before
+``allow_private_networks`` is even looked at, so no config value can open them:
+
+* the guardian's own networks, given to the guard by the service's settings
+  (``guardian_networks``: the cloister network pool and the subnets of the guardian's
+  egress, control and ports networks), class "guardian-network";
+* the networks of the service's own interfaces and loopback, read at dial time (a
+  cloister's network is connected to the proxy while it runs) and passed to
+  :meth:`AddressGuard.check` as a :class:`NetworkSet`, class "own-network" (loopback
+  and unspecified addresses keep their class, which says more).
+
+An allowed ``172.16.0.0/12`` therefore still opens a LAN host in that range, but never
+the approval hub on the guardian's control network. Each IPv4 network of these sets
+is also refused in its IPv4-mapped IPv6 form (``::ffff:10.213.0.5``).
+
+An ``allow_private_networks`` entry overrides every other class, own-address included: the
 operator asked for exactly that range (a benchmark upstream on ``127.0.0.1`` with
 ``127.0.0.0/8`` allowed). It matches the address family it is written in: allowing
 ``127.0.0.0/8`` does not allow ``::ffff:127.0.0.1``; list the mapped form too if it is
@@ -103,6 +118,8 @@ AddressClass = Literal[
     "documentation",
     "benchmarking",
     "own-address",
+    "guardian-network",
+    "own-network",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -205,6 +222,61 @@ def classify(address: IPAddress) -> AddressClass:
     raise TypeError(f"not an IP address: {address!r}")
 
 
+_MAPPED_V4 = int(ipaddress.IPv6Address("::ffff:0:0"))
+_ALL_V6 = (1 << 128) - 1
+
+
+class NetworkSet:
+    """A set of networks compiled for membership tests: ``(network, mask)`` integers.
+
+    Each IPv4 network is also held in its IPv4-mapped IPv6 form, so ``::ffff:a.b.c.d``
+    is in the set exactly when ``a.b.c.d`` is.
+    """
+
+    __slots__ = ("_v4", "_v6", "networks")
+
+    def __init__(self, networks: Iterable[IPNetwork] = ()) -> None:
+        v4: list[tuple[int, int]] = []
+        v6: list[tuple[int, int]] = []
+        kept: list[IPNetwork] = []
+        for network in networks:
+            if not isinstance(network, ipaddress.IPv4Network | ipaddress.IPv6Network):
+                raise TypeError(f"a network set needs IP networks, not {network!r}")
+            kept.append(network)
+            value, mask = int(network.network_address), int(network.netmask)
+            if network.version == 4:
+                v4.append((value, mask))
+                v6.append((_MAPPED_V4 | value, (_ALL_V6 << 32 | mask) & _ALL_V6))
+            else:
+                v6.append((value, mask))
+        self._v4: tuple[tuple[int, int], ...] = tuple(dict.fromkeys(v4))
+        self._v6: tuple[tuple[int, int], ...] = tuple(dict.fromkeys(v6))
+        self.networks: tuple[IPNetwork, ...] = tuple(dict.fromkeys(kept))
+
+    def __repr__(self) -> str:
+        return f"NetworkSet({[str(network) for network in self.networks]!r})"
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def __contains__(self, address: object) -> bool:
+        if isinstance(address, ipaddress.IPv4Address):
+            return self.holds(int(address), 4)
+        if isinstance(address, ipaddress.IPv6Address):
+            return self.holds(int(address), 6)
+        return False
+
+    def holds(self, value: int, version: int) -> bool:
+        """Whether the address *value* (an int of IP *version*) is in one of the networks."""
+        for network, mask in self._v4 if version == 4 else self._v6:
+            if value & mask == network:
+                return True
+        return False
+
+
+NO_NETWORKS: Final = NetworkSet()
+
+
 @dataclass(frozen=True, slots=True)
 class AddressCheck:
     """The verdict on one address: its class and whether the proxy may dial it."""
@@ -212,20 +284,25 @@ class AddressCheck:
     address: IPAddress
     address_class: AddressClass
     allowed: bool  # True if public, or inside allow_private_networks
+    # One of the guardian's own networks (or the service's own, or loopback): refused
+    # whatever allow_private_networks says.
+    guardian: bool = False
 
 
 class AddressGuard:
-    """Built once per config: the allow_private_networks list and the proxy's own addresses.
+    """Built once per config: the allow_private_networks list, the proxy's own addresses
+    and the guardian's networks (never a destination).
 
     Immutable after construction; :meth:`check` is cheap enough for every connection.
     """
 
-    __slots__ = ("_allow_v4", "_allow_v6", "_own_v4", "_own_v6")
+    __slots__ = ("_allow_v4", "_allow_v6", "_guardian", "_own_v4", "_own_v6")
 
     def __init__(
         self,
         allow_private_networks: Iterable[IPNetwork] = (),
         own_addresses: Iterable[IPAddress] = (),
+        guardian_networks: Iterable[IPNetwork] | NetworkSet = (),
     ) -> None:
         allow_v4: list[tuple[int, int]] = []
         allow_v6: list[tuple[int, int]] = []
@@ -244,17 +321,28 @@ class AddressGuard:
         self._allow_v6: tuple[tuple[int, int], ...] = tuple(allow_v6)
         self._own_v4: frozenset[int] = frozenset(own_v4)
         self._own_v6: frozenset[int] = frozenset(own_v6)
+        self._guardian = (
+            guardian_networks
+            if isinstance(guardian_networks, NetworkSet)
+            else NetworkSet(guardian_networks)
+        )
 
     def __repr__(self) -> str:
         allowed = len(self._allow_v4) + len(self._allow_v6)
         own = len(self._own_v4) + len(self._own_v6)
-        return f"AddressGuard({allowed} allowed networks, {own} own addresses)"
+        guardian = len(self._guardian.networks)
+        return (
+            f"AddressGuard({allowed} allowed networks, {own} own addresses,"
+            f" {guardian} guardian networks)"
+        )
 
-    def check(self, address: IPAddress) -> AddressCheck:
+    def check(self, address: IPAddress, own_networks: NetworkSet = NO_NETWORKS) -> AddressCheck:
         """Classify *address* and say whether it may be dialled.
 
-        An own address is reported as "own-address" only when the table would call it
-        public: for 127.0.0.1 "loopback" says more than "own-address", and both refuse.
+        The guardian's networks and *own_networks* (the service's interfaces and
+        loopback, read at dial time) are refused before allow_private_networks is
+        consulted. An own address is reported as "own-address" only when the table
+        would call it public: for 127.0.0.1 "loopback" says more, and both refuse.
         """
         if isinstance(address, ipaddress.IPv4Address):
             table, own, allow = _TABLE_V4, self._own_v4, self._allow_v4
@@ -264,6 +352,12 @@ class AddressGuard:
             raise TypeError(f"not an IP address: {address!r}")
         value = int(address)
         address_class = _lookup(value, table)
+        if self._guardian.holds(value, address.version):
+            never = _never_class(address_class, "guardian-network")
+            return AddressCheck(address, never, allowed=False, guardian=True)
+        if own_networks.holds(value, address.version):
+            never = _never_class(address_class, "own-network")
+            return AddressCheck(address, never, allowed=False, guardian=True)
         if address_class == "public" and value in own:
             address_class = "own-address"
         allowed = address_class == "public"
@@ -274,13 +368,20 @@ class AddressGuard:
                     break
         return AddressCheck(address, address_class, allowed)
 
-    def first_refused(self, addresses: Iterable[IPAddress]) -> AddressCheck | None:
+    def first_refused(
+        self, addresses: Iterable[IPAddress], own_networks: NetworkSet = NO_NETWORKS
+    ) -> AddressCheck | None:
         """The first of *addresses* that may not be dialled, or None if all may be."""
         for address in addresses:
-            result = self.check(address)
+            result = self.check(address, own_networks)
             if not result.allowed:
                 return result
         return None
+
+
+def _never_class(address_class: AddressClass, set_class: AddressClass) -> AddressClass:
+    # "loopback" names 127.0.0.1 better than "own-network" does.
+    return address_class if address_class in ("loopback", "unspecified") else set_class
 
 
 def parse_address(text: str) -> IPAddress:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cloister_proxy import gate
-from cloister_proxy.addresses import AddressGuard, IPAddress, parse_address
+from cloister_proxy.addresses import AddressGuard, IPAddress, NetworkSet, parse_address
 from cloister_proxy.exchange import Exchange, Upstream
 
 
@@ -23,8 +23,13 @@ async def dial(
     *,
     seconds: float,
     is_self: Callable[[list[IPAddress], int], bool],
+    own_networks: Callable[..., NetworkSet],
 ) -> Upstream | gate.Refusal:
-    """Resolve, check every answer with *guard*, and connect to the first that accepts."""
+    """Resolve, check every answer with *guard*, and connect to the first that accepts.
+
+    *own_networks* (called as ``own_networks(ipv6=…)``) gives the networks of the
+    proxy's interfaces as they are at this moment: refused like the guardian's.
+    """
     host, port = destination.host, destination.port
     try:
         async with asyncio.timeout(seconds):
@@ -38,7 +43,8 @@ async def dial(
                 except socket.gaierror as error:
                     return gate.upstream_unreachable(destination, f"cannot resolve: {error}")
                 addresses = unique_addresses(infos)
-            refused = guard.first_refused(addresses)
+            ipv6 = any(address.version == 6 for address in addresses)
+            refused = guard.first_refused(addresses, own_networks(ipv6=ipv6))
             if refused is not None:
                 exchange.address = str(refused.address)
                 return gate.private_address(destination, refused)

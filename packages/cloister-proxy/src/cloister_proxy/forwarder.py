@@ -2,12 +2,13 @@
 
     python3 -m cloister_proxy.forwarder --target ADDRESS:PORT --via GATEWAY [--listen-port N]
 
-It runs in a container of its own (the proxy's image), attached to cloister-net and to
-the ports network, whose port Docker publishes on the host's 127.0.0.1 only. It listens
-on its address on the ports network alone (the one it routes to *GATEWAY* through), so
-nothing on cloister-net can connect to it, and it joins each connection to *TARGET*:
-the cloister's address on cloister-net, which the CLI took from the engine. It never
-resolves a name, never connects anywhere else, and does not read what it relays.
+It runs in a container of its own (the proxy's image), attached to its cloister's own
+network and to the ports network, whose port Docker publishes on the host's 127.0.0.1
+only. It listens on its address on the ports network alone (the one it routes to
+*GATEWAY* through), so nothing on the cloister's network can connect to it, and it joins
+each connection to *TARGET*: the cloister's address on its network, which the CLI took
+from the engine. It never resolves a name, never connects anywhere else, and does not
+read what it relays.
 
 Each connection is a task of one task group (none is left unowned), bounded in number
 (accepting waits while the limit is reached, and the kernel's backlog holds the rest);

@@ -28,9 +28,12 @@ ReasonCode = Literal[
     "not-approved",
     "approval-timeout",
     "private-address",
+    "guardian-network",
     "port-not-allowed",
     "token-address",
     "connection-limit",
+    "too-many-held",
+    "client-gone",
 ]
 REASON_HEADER = "X-Cloister-Reason"
 PROXY_AUTHENTICATE = ("Proxy-Authenticate", 'Basic realm="cloister"')
@@ -223,7 +226,40 @@ def hub_unavailable(destination: Destination, problem: str) -> Refusal:
     )
 
 
+def too_many_held(
+    destination: Destination, held: int | None, limit: int | None, problem: str
+) -> Refusal:
+    """This cloister has its fair share of the approval UI already (held: the proxy's count)."""
+    if held is not None and limit is not None:
+        what = (
+            f"{held} requests of this cloister already wait for a human in the approval UI"
+            f" (proxy.max_held_per_cloister: {limit})"
+        )
+    else:  # the hub refused it: its count includes hostexec commands
+        what = f"the approval hub refused to hold another request ({problem})"
+    return Refusal(
+        429,
+        f"cloister: {destination.host} is not on the allowlist and {what}; decide those"
+        " first or retry later",
+        "too-many-held",
+    )
+
+
+# Never sent (the client has gone): the status and reason of the audit line.
+CLIENT_GONE = Refusal(
+    499, "cloister: the client closed the connection while waiting for approval", "client-gone"
+)
+
+
 def private_address(destination: Destination, check: AddressCheck) -> Refusal:
+    if check.guardian:
+        return Refusal(
+            403,
+            f"cloister: {destination.host} resolves to {check.address} ({check.address_class}),"
+            " one of the guardian's own networks, which no cloister may reach"
+            " (proxy.allow_private_networks cannot open it)",
+            "guardian-network",
+        )
     return Refusal(
         403,
         f"cloister: {destination.host} resolves to {check.address} ({check.address_class}),"

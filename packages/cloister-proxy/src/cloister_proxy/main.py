@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import httpx
 
 from cloister_core.audit import AuditLog
-from cloister_proxy.approvals import HttpApprovalHub
-from cloister_proxy.netinfo import own_addresses
+from cloister_proxy.approvals import HUB_LIMITS, HttpApprovalHub
+from cloister_proxy.netinfo import OwnNetworks, own_addresses
 from cloister_proxy.server import ProxyServer
 from cloister_proxy.settings import ProxySettings
 from cloister_proxy.state import ProxyState
@@ -41,7 +41,14 @@ def _raise_file_limit() -> None:
 async def run(settings: ProxySettings) -> None:
     """Serve until SIGTERM or SIGINT (or until cancelled)."""
     loop = asyncio.get_running_loop()
-    state = ProxyState(settings.paths, own_addresses=own_addresses(), report=_report)
+    own = tuple(own_addresses())
+    state = ProxyState(
+        settings.paths,
+        own_addresses=own,
+        report=_report,
+        guardian_networks=settings.guardian_networks,
+        own_networks=OwnNetworks(own=own) if settings.refuse_own_networks else None,
+    )
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -57,7 +64,7 @@ async def run(settings: ProxySettings) -> None:
         )
         hub = None
         if settings.approval_url:
-            client = await stack.enter_async_context(httpx.AsyncClient())
+            client = await stack.enter_async_context(httpx.AsyncClient(limits=HUB_LIMITS))
             hub = HttpApprovalHub(settings.approval_url, settings.credential(), client)
         server = ProxyServer(settings, state, audit, hub, _report)
         async with asyncio.TaskGroup() as tasks:

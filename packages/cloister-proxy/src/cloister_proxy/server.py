@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from cloister_core.audit import AuditLog
 from cloister_core.hub import DomainRequest
@@ -28,7 +29,12 @@ from cloister_core.policy import ProjectPolicy
 from cloister_core.tokens import TokenRecord
 from cloister_proxy import gate
 from cloister_proxy.addresses import IPAddress
-from cloister_proxy.approvals import ApprovalHub, HubUnavailableError, PendingApprovals
+from cloister_proxy.approvals import (
+    ApprovalHub,
+    HubUnavailableError,
+    PendingApprovals,
+    TooManyHeldError,
+)
 from cloister_proxy.dialing import dial
 from cloister_proxy.exchange import Client, ClientGoneError, Exchange, Upstream
 from cloister_proxy.forwarding import forward
@@ -48,6 +54,26 @@ from cloister_proxy.state import ProxyState
 
 RECV_SIZE = 256 * 1024
 LISTEN_BACKLOG = 4096
+# What a held client may send before its answer (a TLS hello, a request body) and still
+# be watched for hanging up; past it the proxy stops reading until the answer.
+HELD_BUFFER = 64 * 1024
+
+T = TypeVar("T")
+
+
+class _ClientGone:
+    """The client closed its connection before the work it waited for was done."""
+
+
+CLIENT_GONE = _ClientGone()
+
+
+async def _captured(work: Awaitable[T]) -> T | Exception:
+    # In a task group an exception would cancel the sibling and come out as a group.
+    try:
+        return await work
+    except Exception as error:
+        return error
 
 
 class ProxyServer:
@@ -298,7 +324,7 @@ class ProxyServer:
         if record is None:
             return False
 
-        outcome = await self._admit(target, record, exchange)
+        outcome = await self._admit(client, target, record, exchange)
         if isinstance(outcome, gate.Refusal):
             await self._refuse(conn, exchange, outcome)
             return False
@@ -394,7 +420,7 @@ class ProxyServer:
     # -- deciding ------------------------------------------------------------------------
 
     async def _admit(
-        self, target: ProxyTarget, record: TokenRecord, exchange: Exchange
+        self, client: Client, target: ProxyTarget, record: TokenRecord, exchange: Exchange
     ) -> tuple[gate.Destination, ProjectPolicy] | gate.Refusal:
         try:
             destination = gate.destination_of(target)
@@ -412,7 +438,7 @@ class ProxyServer:
             hub_configured=self._approvals is not None,
         )
         if isinstance(decision, gate.NeedsApproval):
-            decision = await self._ask_hub(decision.destination, record, policy, exchange)
+            decision = await self._ask_hub(client, decision.destination, record, policy, exchange)
         if isinstance(decision, gate.Refusal):
             return decision
         verdict = decision.verdict
@@ -422,8 +448,51 @@ class ProxyServer:
             exchange.rule_file = str(verdict.rule.source)
         return destination, policy
 
+    async def _while_connected(self, client: Client, work: Awaitable[T]) -> T | _ClientGone:
+        """*work*'s result, or :data:`CLIENT_GONE` (and *work* cancelled) if the client hangs up."""
+        async with asyncio.TaskGroup() as group:
+            doing = group.create_task(_captured(work))
+            watching = group.create_task(self._hang_up(client))
+            await asyncio.wait((doing, watching), return_when=asyncio.FIRST_COMPLETED)
+            doing.cancel()
+            watching.cancel()
+        if doing.cancelled():
+            return CLIENT_GONE
+        result = doing.result()
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def _hang_up(self, client: Client) -> None:
+        """Return when the client closes (or resets) its connection.
+
+        What it sends meanwhile is kept in ``client.buffer`` (up to :data:`HELD_BUFFER`)
+        for the tunnel or the forwarded request. The socket is read only right after a
+        readiness event, never across an await, so a cancellation loses no byte.
+        """
+        loop = self.loop
+        sock = client.sock
+        while len(client.buffer) < HELD_BUFFER:
+            readable = loop.create_future()
+            loop.add_reader(sock.fileno(), _set_done, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(sock.fileno())
+            try:
+                data = sock.recv(HELD_BUFFER - len(client.buffer))
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            client.buffer += data
+        await loop.create_future()  # cannot tell any more: wait for the answer
+
     async def _ask_hub(
         self,
+        client: Client,
         destination: gate.Destination,
         record: TokenRecord,
         policy: ProjectPolicy,
@@ -439,10 +508,18 @@ class ProxyServer:
             port=destination.port,
             wait_seconds=timeout,
         )
+        limit = policy.config.proxy.max_held_per_cloister
         try:
-            decision = await self._approvals.decide(request, timeout)
+            outcome = await self._while_connected(
+                client, self._approvals.decide(request, timeout, limit=limit)
+            )
+        except TooManyHeldError as error:
+            return gate.too_many_held(destination, error.held, error.limit, str(error))
         except HubUnavailableError as error:
             return gate.hub_unavailable(destination, str(error))
+        if isinstance(outcome, _ClientGone):
+            return gate.CLIENT_GONE
+        decision = outcome
         if (
             decision is not None
             and decision.action in ("allow", "deny")
@@ -468,9 +545,15 @@ class ProxyServer:
             exchange,
             seconds=self._settings.connect_timeout.total_seconds(),
             is_self=self._is_self,
+            own_networks=self._state.own_networks,
         )
 
     def _is_self(self, addresses: list[IPAddress], port: int) -> bool:
         if self.address is None or port != self.address[1]:
             return False
         return any(self._state.is_own_address(address) for address in addresses)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

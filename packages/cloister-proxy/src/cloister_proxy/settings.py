@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
@@ -86,6 +86,18 @@ class ProxySettings(BaseSettings):
     reload_interval: Duration = Field(
         default=timedelta(milliseconds=500),
         description="how often token and config files are checked for changes",
+    )
+    guardian_networks: tuple[IPvAnyNetwork, ...] = Field(
+        default=(),
+        description="the guardian's own networks as a JSON list of CIDRs (the cloister"
+        " network pool, the egress, control and ports subnets): never a destination,"
+        " whatever proxy.allow_private_networks says",
+    )
+    refuse_own_networks: bool = Field(
+        default=True,
+        description="never connect to the networks of this service's own interfaces or"
+        " loopback (read at each dial); off only where upstreams run beside the proxy"
+        " (tests, benchmarks)",
     )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
     cloister_logs: Path | None = Field(

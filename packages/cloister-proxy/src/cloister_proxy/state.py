@@ -15,7 +15,10 @@ from cloister_core.policy import ProjectPolicy
 from cloister_core.rules import Policy
 from cloister_core.tokens import TokenRecord
 from cloister_core.watch import PolicyBook, SessionBook, TokenDirectory
-from cloister_proxy.addresses import AddressGuard, IPAddress
+from cloister_proxy.addresses import NO_NETWORKS, AddressGuard, IPAddress, IPNetwork, NetworkSet
+
+OwnNetworkReader = Callable[..., NetworkSet]
+"""Called as ``reader(ipv6=bool)`` at dial time: :class:`cloister_proxy.netinfo.OwnNetworks`."""
 
 
 class ProxyState:
@@ -27,10 +30,14 @@ class ProxyState:
         *,
         own_addresses: Iterable[IPAddress],
         report: Callable[[str], None],
+        guardian_networks: Iterable[IPNetwork] = (),
+        own_networks: OwnNetworkReader | None = None,
     ) -> None:
         self.paths = paths
         self._report = report
         self._own_addresses = tuple(own_addresses)
+        self._guardian = NetworkSet(guardian_networks)
+        self._own_networks = own_networks
         self.policies = PolicyBook(paths, report)
         self._sessions = SessionBook(paths, report)
         self._tokens = TokenDirectory(paths.tokens_dir, report)
@@ -45,9 +52,15 @@ class ProxyState:
         key = tuple(networks)
         guard = self._guards.get(key)
         if guard is None:
-            guard = AddressGuard(networks, self._own_addresses)
+            guard = AddressGuard(networks, self._own_addresses, self._guardian)
             self._guards[key] = guard
         return guard
+
+    def own_networks(self, *, ipv6: bool) -> NetworkSet:
+        """The networks of the proxy's interfaces and loopback, as they are now."""
+        if self._own_networks is None:
+            return NO_NETWORKS
+        return self._own_networks(ipv6=ipv6)
 
     def session_policy(self, record: TokenRecord) -> Policy | None:
         """The domain rules decided for this cloister's session (None: none)."""

@@ -2,6 +2,12 @@
 // The server renders every item (autoescaped Jinja2); this script only moves those
 // fragments around, so no HTML is ever built from data here.
 //
+// The page itself is a shell without data. The browser's session token lives in this
+// origin's localStorage (scheme, host and port: no page on another port of the host can
+// read or replace it) and goes with every request as "Authorization: Bearer"; the hub
+// sets and reads no cookie. An EventSource cannot send that header, so the event stream
+// is read with fetch(). /login?ticket=... trades a one-time ticket for the token.
+//
 // Nothing moves under the pointer: a decided (or expired) request keeps its place as a
 // "settled" card showing what was done (with Undo) until the pointer has left the list;
 // other changes keep whatever is under the pointer where it was (by scrolling).
@@ -10,12 +16,19 @@
 const SETTLED_MS = 1500;     // a settled card stays at least this long
 const UNDO_GUARD_MS = 600;   // a double click on a decision must not also undo it
 const NOTIFY_KEY = "cloister.notifications";
+const TOKEN_KEY = "cloister.hub-session";
+const RECONNECT_MS = 3000;   // as an EventSource's default retry
 const SCOPES = { o: "once", s: "session", p: "project", g: "global" };
 const COMMAND_SCOPES = ["once", "session", "project"];
 
 // queued: while the pending lists are re-read after (re)connecting, events are kept
 // here and applied, in order, to the fresh lists (applying one twice changes nothing).
-const state = { selected: null, queued: null, again: false, pointer: null, sweep: null };
+// cloister: the filter ("" for every cloister); total: everything waiting, filtered or not.
+const state = {
+  selected: null, queued: null, again: false, pointer: null, sweep: null,
+  cloister: new URLSearchParams(location.search).get("cloister") || "", total: 0,
+  cloisters: null, cloistersAgain: false,
+};
 
 function $(selector, root = document) { return root.querySelector(selector); }
 function $$(selector, root = document) { return Array.from(root.querySelectorAll(selector)); }
@@ -41,6 +54,67 @@ function localTimes(root) {
     });
     element.title = when.toLocaleString();
   }
+}
+
+// -- the session --------------------------------------------------------------------------
+
+class LoggedOut extends Error {}
+
+function loggedOut(reason) {
+  localStorage.removeItem(TOKEN_KEY);
+  document.body.dataset.auth = "out";
+  document.body.dataset.live = "false";
+  $("#login-reason").textContent = reason || $("#login-reason").textContent;
+  $("#login").hidden = false;
+  $("#app").hidden = true;
+  $(".filter").hidden = true;
+  $("#connection").textContent = "not logged in";
+}
+
+// fetch() with the session token; a 401 logs the page out (and throws LoggedOut).
+async function hubFetch(url, options = {}) {
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (!token) {
+    loggedOut();
+    throw new LoggedOut("not logged in");
+  }
+  const headers = { ...(options.headers || {}), Authorization: `Bearer ${token}` };
+  const response = await fetch(url, { ...options, headers, credentials: "omit", cache: "no-store" });
+  if (response.status === 401) {
+    const payload = await response.json().catch(() => ({}));
+    loggedOut(payload.detail ? `${payload.detail}.` : undefined);
+    throw new LoggedOut(payload.error || "not logged in");
+  }
+  return response;
+}
+
+// /login?ticket=...: the ticket leaves the address bar and the history at once, is
+// traded for the session token, and the page goes on to /.
+async function logIn() {
+  const ticket = new URLSearchParams(location.search).get("ticket");
+  history.replaceState(null, "", "/login");
+  if (!ticket) { loggedOut(); return; }
+  $("#connection").textContent = "logging in…";
+  let payload = {};
+  try {
+    const response = await fetch("/api/v1/login", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ ticket }),
+      credentials: "omit",
+      cache: "no-store",
+    });
+    payload = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      loggedOut(`${payload.error || `${response.status} ${response.statusText}`}.`);
+      return;
+    }
+  } catch (error) {
+    loggedOut(`Could not log in: ${error.message}.`);
+    return;
+  }
+  localStorage.setItem(TOKEN_KEY, payload.token);
+  location.replace("/");
 }
 
 // -- keeping the pointer's target in place ----------------------------------------------
@@ -70,8 +144,10 @@ function refreshCounts(pending) {
     if (badge) badge.textContent = String($$(`li.item[data-kind="${kind}"]`).length);
   }
   $("[data-empty]").hidden = $$("#pending section.cloister").length > 0;
-  const total = typeof pending === "number" ? pending : pendingItems().length;
-  document.title = (total ? `(${total}) ` : "") + "Cloister approvals";
+  if (typeof pending === "number") state.total = pending;
+  else if (!state.cloister) state.total = pendingItems().length;
+  // The title counts every cloister's requests, whatever the filter shows.
+  document.title = (state.total ? `(${state.total}) ` : "") + "Cloister approvals";
 }
 
 // html is the item's cloister group holding only this item.
@@ -187,7 +263,7 @@ function select(element, scroll = false) {
 // -- deciding --------------------------------------------------------------------------
 
 async function post(url, body) {
-  const response = await fetch(url, {
+  const response = await hubFetch(url, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify(body),
@@ -216,6 +292,7 @@ async function decide(item, action, scope) {
     decision = await post(`/api/v1/${kind}s/${item.dataset.id}/decision`, body);
   } catch (error) {
     delete item.dataset.busy;
+    if (error instanceof LoggedOut) return;
     if (item.dataset.gone) {  // decided elsewhere, expired or dropped meanwhile
       removeItem(kind, item.dataset.id, item.dataset.gone);
       return;
@@ -238,7 +315,7 @@ async function undo(id) {
     const decision = await post(`/api/v1/decisions/${id}/undo`, {});
     announce(decision.summary);
   } catch (error) {
-    announce(`Could not undo: ${error.message}`);
+    if (!(error instanceof LoggedOut)) announce(`Could not undo: ${error.message}`);
   }
 }
 
@@ -314,15 +391,18 @@ async function resync() {
   if (state.queued) { state.again = true; return; }  // re-read once more when done
   state.queued = [];
   const selectedId = state.selected ? state.selected.id : null;
+  const query = state.cloister ? `?cloister=${encodeURIComponent(state.cloister)}` : "";
   try {
     const [pending, decisions] = await Promise.all([
-      fetch("/fragments/pending"),
-      fetch("/fragments/decisions"),
+      hubFetch(`/fragments/pending${query}`),
+      hubFetch(`/fragments/decisions${query}`),
+      refreshCloisters(),
     ]);
     if (pending.ok) {
       const html = await pending.text();
       keepInPlace(() => { $("#pending").innerHTML = html; });
       localTimes($("#pending"));
+      state.total = Number($("[data-empty]").dataset.total) || 0;
     }
     if (decisions.ok) {
       const html = await decisions.text();
@@ -330,7 +410,7 @@ async function resync() {
       localTimes($("#decisions"));
     }
   } catch (error) {
-    announce(`Could not refresh the list: ${error.message}`);
+    if (!(error instanceof LoggedOut)) announce(`Could not refresh the list: ${error.message}`);
   } finally {
     const queued = state.queued;
     state.queued = null;
@@ -346,42 +426,124 @@ async function resync() {
   }
 }
 
-function connect() {
-  const source = new EventSource("/api/v1/events");
-  source.addEventListener("hello", () => {
+// -- the cloister filter -------------------------------------------------------------------
+
+// The filter's choices, rendered by the hub (every cloister with a token, something
+// waiting or a kept decision). One request at a time: a burst of changes re-reads once.
+async function refreshCloisters() {
+  if (state.cloisters) { state.cloistersAgain = true; return state.cloisters; }
+  state.cloisters = (async () => {
+    do {
+      state.cloistersAgain = false;
+      const query = state.cloister ? `?cloister=${encodeURIComponent(state.cloister)}` : "";
+      const response = await hubFetch(`/fragments/cloisters${query}`);
+      if (response.ok) $("#cloister-filter").innerHTML = await response.text();
+    } while (state.cloistersAgain);
+  })();
+  try { await state.cloisters; } finally { state.cloisters = null; }
+}
+
+function shown(cloister) { return !state.cloister || cloister === state.cloister; }
+
+// A cloister the filter does not offer yet (its first request): added in order, here.
+function knowCloister(cloister) {
+  const select = $("#cloister-filter");
+  const options = Array.from(select.options);
+  if (options.some((option) => option.value === cloister)) return;
+  const next = options.find((option) => option.value && option.value > cloister);
+  select.add(new Option(cloister, cloister), next || null);
+}
+
+function filterBy(cloister) {
+  state.cloister = cloister;
+  history.replaceState(null, "", cloister ? `/?cloister=${encodeURIComponent(cloister)}` : "/");
+  state.selected = null;
+  resync();
+}
+
+// -- the event stream ------------------------------------------------------------------
+
+const handlers = {
+  hello() {
     $("#connection").textContent = "live";
     document.body.dataset.live = "true";
     // Subscribed from now on; anything held or decided before (while the page loaded,
     // or while disconnected) is only in the hub's current lists.
     resync();
-  });
-  for (const kind of ["domain", "command"]) {
-    source.addEventListener(`${kind}-added`, (event) => {
-      const data = JSON.parse(event.data);
-      apply(() => {
-        insertItem(data.html);
-        refreshCounts(data.pending);
-        tickCountdowns();
-        document.dispatchEvent(new CustomEvent("cloister:added", { detail: data.item }));
-      });
-      notify(kind, data.item);
+  },
+  decision(data) {
+    knowCloister(data.decision.cloister);
+    if (shown(data.decision.cloister)) showDecision(data.decision, data.html);
+  },
+  tokens() { refreshCloisters().catch(() => {}); },
+};
+for (const kind of ["domain", "command"]) {
+  handlers[`${kind}-added`] = (data) => {
+    knowCloister(data.item.cloister);
+    apply(() => {
+      if (shown(data.item.cloister)) insertItem(data.html);
+      refreshCounts(data.pending);
+      tickCountdowns();
+      document.dispatchEvent(new CustomEvent("cloister:added", { detail: data.item }));
     });
-    source.addEventListener(`${kind}-removed`, (event) => {
-      const data = JSON.parse(event.data);
-      apply(() => {
-        removeItem(kind, data.id, data.outcome);
-        refreshCounts(data.pending);
-      });
+    notify(kind, data.item);
+  };
+  handlers[`${kind}-removed`] = (data) => {
+    apply(() => {
+      removeItem(kind, data.id, data.outcome);
+      refreshCounts(data.pending);
     });
+  };
+}
+
+function dispatch(name, data) {
+  const handler = handlers[name || "message"];
+  if (handler) handler(JSON.parse(data));
+}
+
+// Server-Sent Events from a fetch() body: "event:" and "data:" lines, a blank line
+// ends an event, a line starting with ":" is a comment (the hub's keep-alive pings).
+async function readEvents(body) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let name = "";
+  let data = [];
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    const lines = buffer.split(/\r\n|\r|\n/);
+    buffer = lines.pop();  // an unfinished line waits for the next chunk
+    for (const line of lines) {
+      if (line === "") {
+        if (data.length) dispatch(name, data.join("\n"));
+        name = "";
+        data = [];
+      } else if (!line.startsWith(":")) {
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (field === "event") name = text;
+        else if (field === "data") data.push(text);
+      }
+    }
   }
-  source.addEventListener("decision", (event) => {
-    const data = JSON.parse(event.data);
-    showDecision(data.decision, data.html);
-  });
-  source.onerror = () => {
+}
+
+// Connected until the stream ends or fails; then again after RECONNECT_MS, as an
+// EventSource would. A 401 (logged out, expired) ends it for good.
+async function connect() {
+  for (;;) {
+    try {
+      const response = await hubFetch("/api/v1/events", { headers: { Accept: "text/event-stream" } });
+      if (response.ok && response.body) await readEvents(response.body);
+    } catch (error) {
+      if (error instanceof LoggedOut) return;
+    }
     $("#connection").textContent = "reconnecting…";
     document.body.dataset.live = "false";
-  };
+    await new Promise((resolve) => { setTimeout(resolve, RECONNECT_MS); });
+  }
 }
 
 // -- clicks and keys -------------------------------------------------------------------
@@ -412,7 +574,7 @@ function keyDecision(kind, key) {
 }
 
 document.addEventListener("keydown", (event) => {
-  if (event.target.matches("input[type=text]") || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (event.target.matches("input[type=text], select") || event.ctrlKey || event.metaKey || event.altKey) return;
   const items = pendingItems();
   const current = state.selected && items.includes(state.selected) ? state.selected : items[0];
   const key = event.key;
@@ -437,12 +599,16 @@ document.addEventListener("keydown", (event) => {
 });
 
 document.addEventListener("DOMContentLoaded", () => {
-  localTimes(document);
-  select(pendingItems()[0] || null);
+  if (location.pathname === "/login") { logIn(); return; }
+  if (!localStorage.getItem(TOKEN_KEY)) { loggedOut(); return; }
+  document.body.dataset.auth = "in";
+  $("#app").hidden = false;
+  $(".filter").hidden = false;
   refreshCounts();
   tickCountdowns();
   setInterval(tickCountdowns, 1000);
   $("#pending").addEventListener("mouseleave", () => scheduleSweep(300));
+  $("#cloister-filter").addEventListener("change", (event) => filterBy(event.target.value));
   showNotificationState();
   connect();
 });

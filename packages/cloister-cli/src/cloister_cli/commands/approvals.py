@@ -43,7 +43,7 @@ def approvals() -> None:
     Examples:
       cloister approvals list
       cloister approvals allow 3f2a9c1d --scope project
-      cloister approvals list --hub http://localhost:9999
+      cloister approvals list --hub http://127.0.0.1:8999
     """
 
 

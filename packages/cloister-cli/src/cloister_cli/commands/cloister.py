@@ -8,6 +8,7 @@ the hub client (about half a second on a small machine).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from cloister_cli.commands.output import (
     warn,
 )
 from cloister_core import stack
+from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
@@ -231,7 +233,8 @@ def list_command(as_json: bool) -> None:
       cloister list --json | jq -r '.[].name'
     """
     # Not the shared Context: this asks the engine without the docker SDK (see listing).
-    found = listing.list_cloisters(listing.connect())
+    instance = stack.Instance.of(CloisterPaths.from_env(), os.getuid())
+    found = listing.list_cloisters(listing.connect(), instance)
     if as_json:
         print_json([info.to_json() for info in found])
         return
@@ -266,7 +269,7 @@ def path_command(context: Context, name: str) -> None:
     """
     from cloister_cli import cloisters  # noqa: PLC0415 - see the module docstring
 
-    container = cloisters.find(context.docker, name)
+    container = cloisters.find(context.docker, context.instance, name)
     if container is None:
         raise click.ClickException(f"no cloister {name!r} (`cloister list`)")
     click.echo(container.labels[stack.LABEL_PATH])
@@ -294,7 +297,7 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
     if stop_all and name:
         raise click.UsageError("give a NAME or --all, not both")
     names = (
-        [info.name for info in listing.list_cloisters(context.docker)]
+        [info.name for info in listing.list_cloisters(context.docker, context.instance)]
         if stop_all
         else [name or lifecycle.name_for_directory(context, Path.cwd())]
     )

@@ -28,6 +28,7 @@ def _survey_json(found: Survey) -> dict[str, Any]:
         ],
         "stale_port_forwarders": found.stale_ports,
         "sync_containers": found.syncs,
+        "stale_networks": found.stale_networks,
     }
 
 
@@ -44,6 +45,8 @@ def _print_survey(found: Survey) -> None:
         click.echo(f"a sync container a killed `cloister sync` left: {printable(name)}")
     for name in found.stale_ports:
         click.echo(f"port forwarder {name}: its cloister is gone")
+    for name in found.stale_networks:
+        click.echo(f"network {name}: its cloister is gone")
 
 
 def _print_collected(done: Collected) -> None:
@@ -75,6 +78,8 @@ def _print_collected(done: Collected) -> None:
         click.echo(f"removed port forwarder {name} (its cloister is gone)")
     if done.syncs:
         click.echo(f"removed {done.syncs} sync container(s) left behind")
+    for name in done.networks:
+        click.echo(f"removed network {name} (its cloister is gone)")
 
 
 @click.command("gc")
@@ -91,8 +96,8 @@ def gc(context: Context, dry_run: bool, yes: bool, as_json: bool) -> None:
     gc stops it properly (what the agent left is reviewed, as at stop). It also
     removes snapshots the `snapshots:` rules expire, and asks before removing a
     worktree under <data>/worktrees whose repository is gone or forgot it (it
-    may hold the only copy of uncommitted work). Port forwarders whose
-    cloister is gone are removed.
+    may hold the only copy of uncommitted work). Port forwarders and networks
+    whose cloister is gone are removed (this guardian's only).
 
     \b
     Examples:

@@ -1,15 +1,20 @@
-"""``cloister guardian start | stop | status | open | logs``."""
+"""``cloister guardian start | stop | status | open | logout | logs``."""
 
 from __future__ import annotations
 
+import time
 import webbrowser
+from datetime import UTC, datetime
 
 import click
 from rich.table import Table
 
 from cloister_cli import lifecycle
-from cloister_cli.commands.output import build_progress, console, note, print_json
+from cloister_cli.commands.output import build_progress, console, note, print_json, warn
+from cloister_cli.guardian import legacy_hint
+from cloister_cli.hub_client import hub_secret_path, login_page_path
 from cloister_cli.lifecycle import Context
+from cloister_core.hubauth import REVOKED_BEFORE, revoke_sessions, sessions_dir
 
 
 @click.group()
@@ -34,12 +39,21 @@ def guardian_start(context: Context, build: bool) -> None:
       cloister guardian start
       cloister guardian start --build    # after changing Cloister's source
     """
+    legacy = context.guardian.legacy_containers()
+    if legacy:
+        warn(
+            f"a guardian of an older Cloister runs on this engine ({', '.join(legacy)});"
+            f" Cloister leaves it alone: {legacy_hint()}"
+        )
     with build_progress() as progress:
         started = lifecycle.ensure_guardian(context, progress, rebuild=build)
+    if started:  # a new hub refuses its ticket: it was minted before the hub started
+        login_page_path(context.paths).unlink(missing_ok=True)
     status = context.guardian.status()
     verb = "started" if started else "already running"
     console().print(
-        f"guardian {verb}; approvals at {status.ui} (log a browser in: `cloister guardian open`)"
+        f"guardian {status.project} {verb}; approvals at {status.ui}"
+        " (log a browser in: `cloister guardian open`)"
     )
 
 
@@ -53,6 +67,7 @@ def guardian_stop(context: Context) -> None:
       cloister guardian stop
     """
     context.guardian.stop()
+    login_page_path(context.paths).unlink(missing_ok=True)
     click.echo("guardian stopped")
 
 
@@ -80,7 +95,7 @@ def guardian_status(context: Context, as_json: bool) -> None:
     out = console()
     out.print(table)
     state = "running" if status.running else "not running"
-    out.print(f"{state}; {status.tokens} token(s); UI {status.ui}")
+    out.print(f"{status.project} {state}; {status.tokens} token(s); UI {status.ui}")
 
 
 @guardian.command("open")
@@ -90,10 +105,14 @@ def guardian_open(context: Context, no_browser: bool) -> None:
     """Log a browser in to the approval UI with a one-time login link.
 
     The link carries a ticket made from this machine's hub secret
-    (<data>/guardian/hub.secret): it works once, within a minute, and leaves the
-    browser with a login cookie. The browser is handed a private file that leads to
-    the link (never the link itself: a program's arguments are visible to every user
-    of the machine). Open the UI again later with the plain address.
+    (<data>/guardian/hub.secret): it works once, within a minute, and not after
+    `cloister guardian logout` or a restart of the hub. The hub's page trades it for
+    a browser session kept in that page's own storage (no cookie: no other port of
+    127.0.0.1 sees it); `cloister guardian logout` and a restart of the guardian end
+    every such session. The browser is handed a private file that leads to the link
+    (<data>/guardian/login.html; never the link itself: a program's arguments are
+    visible to every user of the machine); logout, stop and start remove it. Open the
+    UI again later with the plain address, http://127.0.0.1:<guardian.ui_port>/.
 
     \b
     Examples:
@@ -110,6 +129,43 @@ def guardian_open(context: Context, no_browser: bool) -> None:
     else:
         click.echo(hub.login_url())
         note("no browser could be started; open the URL above within a minute")
+
+
+@guardian.command("logout")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.pass_obj
+def guardian_logout(context: Context, as_json: bool) -> None:
+    """Log every browser out of the approval UI, without restarting the guardian.
+
+    Every browser session made so far stops working at once, open pages included
+    (they show how to log in again), and so does every login link made so far
+    (`guardian open`'s page is removed too); the CLI, which sends the hub secret, is
+    not affected. It writes <data>/guardian/hub-sessions/revoked-before, which the
+    hub reads; log a browser in again with `cloister guardian open`.
+
+    \b
+    Examples:
+      cloister guardian logout
+      cloister guardian logout --json | jq .revoked_before
+    """
+    directory = sessions_dir(hub_secret_path(context.paths))
+    cutoff = revoke_sessions(directory, now=time.time())
+    login_page_path(context.paths).unlink(missing_ok=True)
+    # The cut-off is the next second: a link made before it begins would be refused.
+    time.sleep(max(0.0, cutoff - time.time()))
+    when = datetime.fromtimestamp(cutoff, UTC)
+    if as_json:
+        print_json(
+            {
+                "revoked_before": when.isoformat(),
+                "file": str(directory / REVOKED_BEFORE),
+            }
+        )
+        return
+    click.echo(
+        "every browser is logged out of the approval UI;"
+        " log one in again with `cloister guardian open`"
+    )
 
 
 @guardian.command("logs")

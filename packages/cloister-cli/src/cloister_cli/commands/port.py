@@ -42,8 +42,11 @@ def port(
     removes its ports.
 
     What you open is the agent's: open a web page as http://localhost:HOSTPORT/,
-    not 127.0.0.1, for which your browser holds the approval UI's login
-    cookie (cookies are not kept apart by port).
+    not 127.0.0.1, so that cookies other local apps set for 127.0.0.1 (cookies
+    are not kept apart by port) do not reach it. The approval UI sets no
+    cookie: its login lives in its own origin's storage, so its port
+    (guardian.ui_port, or any guardian's hub's) is refused: a page there could
+    read that login.
 
     \b
     Examples:
@@ -62,21 +65,26 @@ def port(
     if list_ports:
         if len(words) > 1:
             raise click.UsageError("--list takes at most a NAME")
-        found = ports.forwards(context.docker, words[0] if words else None)
+        found = ports.forwards(context.docker, context.instance, words[0] if words else None)
         _print_list(found, as_json=as_json, name=words[0] if words else None)
         return
     if not words or len(words) > 2:
         raise click.UsageError("say which port: cloister port [NAME] PORT[:HOSTPORT]")
     name = words[0] if len(words) == 2 else lifecycle.name_for_directory(context, Path.cwd())
     if remove:
-        removed = ports.remove(context.docker, name, ports.parse_port(words[-1]))
+        removed = ports.remove(context.docker, context.instance, name, ports.parse_port(words[-1]))
         if as_json:
             print_json(removed.to_json())
         else:
             click.echo(f"cloister {name}: port {removed.port} no longer published")
         return
     published = ports.publish(
-        context.docker, name, ports.parse_spec(words[-1]), image=PROXY_IMAGE.tag
+        context.docker,
+        context.instance,
+        name,
+        ports.parse_spec(words[-1]),
+        image=PROXY_IMAGE.tag,
+        ui_port=context.config.guardian.ui_port,
     )
     forward = published.forward
     if as_json:

@@ -131,7 +131,11 @@ def project_remove(context: Context, name: str, volumes: bool) -> None:
     known = projects.exists(context.paths, name)
     if not (known or (volumes and state.exists())):
         projects.require(context.paths, name)  # says there is no such project
-    running = [c.name for c in listing.list_cloisters(context.docker) if c.project == name]
+    running = [
+        c.name
+        for c in listing.list_cloisters(context.docker, context.instance)
+        if c.project == name
+    ]
     if running:
         raise click.ClickException(f"stop its cloisters first: {', '.join(running)}")
     if known:

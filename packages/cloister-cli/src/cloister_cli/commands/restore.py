@@ -30,7 +30,7 @@ def _check_not_running(context: Context, record: SnapshotRecord) -> None:
     from cloister_cli import cloisters, listing  # noqa: PLC0415 - the docker SDK, when used
 
     try:
-        container = cloisters.find(context.docker, record.cloister)
+        container = cloisters.find(context.docker, context.instance, record.cloister)
         others = context.docker.containers.list(
             all=True, filters={"label": f"{stack.LABEL_GIT_COMMON_DIR}={record.common_dir}"}
         )

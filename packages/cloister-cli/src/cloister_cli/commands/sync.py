@@ -55,7 +55,7 @@ def sync(context: Context, name: str | None, assume_yes: bool, as_json: bool) ->
         )
     if not session.is_git:
         raise CloisterError(f"cloister {session.cloister} does not work in a git repository")
-    container = cloisters.find(context.docker, session.cloister)
+    container = cloisters.find(context.docker, context.instance, session.cloister)
     running = container is not None and container.status == "running"
     outcome = context.syncer.sync(session.cloister, running=running, assume_yes=assume_yes)
     if container is None:  # stopped: the last sync `stop` could not do

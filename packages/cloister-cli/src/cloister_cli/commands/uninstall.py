@@ -12,12 +12,12 @@ from cloister_cli.lifecycle import Context
 
 
 def _plan_lines(context: Context, plan: library.Purge | None) -> list[str]:
-    names = [info.name for info in listing.list_cloisters(context.docker)]
+    names = [info.name for info in listing.list_cloisters(context.docker, context.instance)]
     lines = [
         f"stop every cloister ({', '.join(names)})" if names else "stop every cloister (none)",
         "stop the guardian stack and the host executor",
         f"remove the images {', '.join(library.IMAGES)}",
-        f"remove the networks {', '.join(library.NETWORKS)}",
+        f"remove this guardian's networks ({context.instance.project}-...)",
     ]
     if plan is not None:
         lines += [
@@ -53,9 +53,9 @@ def uninstall(context: Context, purge: bool, force: bool, yes: bool, as_json: bo
     Stops every cloister as `cloister stop --all` does, then the guardian stack
     and the host executor, and removes what is left of `cloister port`'s
     forwarders, Cloister's images (cloister-proxy, cloister-approval,
-    cloister-gateway, cloister, cloister-slim) and networks (cloister-net,
-    cloister-egress, cloister-control, cloister-ports). Your repositories and
-    their branches stay.
+    cloister-gateway, cloister, cloister-slim) and this guardian's networks (its
+    cloisters' and its stack's, cloister-ID-...). Other users' guardians on the
+    engine are left alone. Your repositories and their branches stay.
 
     With --purge it also removes the worktrees Cloister made from their
     repositories and deletes the config directory (config.yaml, projects,

@@ -96,7 +96,11 @@ def worktree_remove(context: Context, project_name: str, branch: str, force: boo
     directory = context.paths.worktree(project_name, sanitize_branch(branch))
     if not directory.is_dir():
         raise click.ClickException(f"no worktree {directory}")
-    running = [c.name for c in listing.list_cloisters(context.docker) if c.path == str(directory)]
+    running = [
+        c.name
+        for c in listing.list_cloisters(context.docker, context.instance)
+        if c.path == str(directory)
+    ]
     if running:
         raise click.ClickException(f"stop its cloister first: cloister stop {running[0]}")
     made = next(

@@ -129,7 +129,7 @@ def check_configuration(
     if config is not None:
         layers.append((RuleSource("global", config_file.path), config.proxy))
         warnings += config_file.warnings(
-            network_findings(config.proxy)
+            network_findings(config.proxy, config.guardian.network_pool)
             + domain_findings(config.proxy, ("proxy",), suffixes)
             + command_findings(config.hostexec, ("hostexec",))
         )

@@ -12,7 +12,10 @@ turns into a file and line. What is flagged, and why:
   ``sh -c 'curl … | sh'``, a privileged container): it runs anything on the host
   without a human;
 * an ``allow_private_networks`` range that holds every address, the proxy's own
-  loopback or a cloud metadata service;
+  loopback or a cloud metadata service, one that covers Docker's default address pools
+  (other containers on this engine become reachable; the guardian's own networks stay
+  refused anyway) or one that overlaps Cloister's own network pool (it opens nothing
+  there: those are the guardian's networks);
 * no rule at all for the AI providers' APIs, which the default config allows: an
   emptied config, with which an agent that reaches its vendor through the proxy waits
   for approval on every call.
@@ -129,9 +132,29 @@ def command_findings(rules: CommandRules, prefix: Location) -> list[Finding]:
     return found
 
 
-def network_findings(proxy: ProxyConfig) -> list[Finding]:
-    """``allow_private_networks`` ranges that hold everything, loopback or metadata."""
+# Docker's default address pools: 172.17.0.0/16 … 172.31.0.0/16, and 192.168.0.0/16
+# handed out in /20s. A range covering one of them reaches that engine's containers.
+DOCKER_POOLS: tuple[ipaddress.IPv4Network, ...] = (
+    *(ipaddress.IPv4Network(f"172.{second}.0.0/16") for second in range(17, 32)),
+    *(ipaddress.IPv4Network(f"192.168.{third}.0/20") for third in range(0, 256, 16)),
+)
+
+
+def _docker_pools_in(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str | None:
+    """The Docker pools *network* covers whole, as ``first to last``; None when none."""
+    if not isinstance(network, ipaddress.IPv4Network):
+        return None
+    covered = [pool for pool in DOCKER_POOLS if network.supernet_of(pool)]
+    if not covered:
+        return None
+    return str(covered[0]) if len(covered) == 1 else f"{covered[0]} to {covered[-1]}"
+
+
+def network_findings(proxy: ProxyConfig, network_pool: str | None = None) -> list[Finding]:
+    """``allow_private_networks`` ranges that hold everything, loopback, metadata,
+    Docker's default pools or Cloister's own *network_pool* (``guardian.network_pool``)."""
     found = []
+    pool = ipaddress.ip_network(network_pool) if network_pool else None
     for index, network in enumerate(proxy.allow_private_networks):
         loc: Location = ("proxy", "allow_private_networks", index)
         if network.prefixlen == 0:
@@ -155,6 +178,28 @@ def network_findings(proxy: ProxyConfig) -> list[Finding]:
                     )
                 )
                 break
+        pools = _docker_pools_in(network)
+        if pools is not None:
+            found.append(
+                Finding(
+                    loc,
+                    "private-network",
+                    f"allow_private_networks {str(network)!r} covers Docker's default address"
+                    f" pools ({pools}): the guardian's own networks stay refused anyway, but"
+                    " other containers on this Docker engine become reachable from cloisters;"
+                    " list only your LAN's range",
+                )
+            )
+        if pool is not None and pool.version == network.version and network.overlaps(pool):
+            found.append(
+                Finding(
+                    loc,
+                    "private-network",
+                    f"allow_private_networks {str(network)!r} overlaps Cloister's network pool"
+                    f" {str(pool)!r} (guardian.network_pool): the cloisters' networks are the"
+                    " guardian's own and stay refused anyway, so this opens nothing there",
+                )
+            )
     return found
 
 

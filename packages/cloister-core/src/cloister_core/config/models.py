@@ -8,6 +8,7 @@ as given. Unknown keys are errors (``extra="forbid"``) so a typo such as
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import timedelta
 from typing import Annotated, Literal, Self
@@ -263,6 +264,9 @@ class ProxyConfig(ProxyRules):
 
     unlisted_domain_behavior: UnlistedDomainBehavior = "request_approval"
     approval_timeout: Duration = timedelta(seconds=60)
+    # Requests of one cloister waiting for a human at once (domains and hostexec
+    # commands together): its fair share of the approval UI; more are refused (429).
+    max_held_per_cloister: int = Field(default=16, ge=1, le=1000)
     allowed_ports: tuple[Port, ...] = (80, 443)
     allow_private_networks: Annotated[tuple[IPvAnyNetwork, ...], EmptyIfNull] = ()
 
@@ -338,6 +342,30 @@ class GuardianConfig(Model):
     """``guardian:``: the stack on this machine."""
 
     ui_port: int = Field(default=9999, ge=1, le=65535)
+    # Each cloister gets an internal network of its own, a subnet of this pool.
+    network_pool: str = "10.213.0.0/16"
+    network_prefix: int = Field(default=27, ge=16, le=29)
+
+    @field_validator("network_pool")
+    @classmethod
+    def _pool(cls, value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as error:
+            raise ValueError(
+                f"network_pool must be an IPv4 network like 10.213.0.0/16, got {value!r}: {error}"
+            ) from None
+        return str(network)
+
+    @model_validator(mode="after")
+    def _pool_holds_subnets(self) -> Self:
+        pool = ipaddress.IPv4Network(self.network_pool)
+        if self.network_prefix < pool.prefixlen:
+            raise ValueError(
+                f"network_prefix /{self.network_prefix} is larger than"
+                f" network_pool {self.network_pool!r}"
+            )
+        return self
 
 
 class AgentConfig(Model):

@@ -1,4 +1,4 @@
-"""``cloister-credentials``: the credential gateway (a guardian service on cloister-net).
+"""``cloister-credentials``: the credential gateway (a guardian service on each cloister's network).
 
     cloister-credentials --config-dir DIR --secrets-dir DIR [--listen 0.0.0.0:9997]
 
@@ -17,7 +17,7 @@ from cloister_core.audit import AuditLog
 from cloister_proxy.credentials.server import CredentialGateway
 from cloister_proxy.credentials.settings import CredentialSettings
 from cloister_proxy.credentials.state import CredentialState
-from cloister_proxy.netinfo import own_addresses
+from cloister_proxy.netinfo import OwnNetworks, own_addresses
 
 
 def _report(message: str) -> None:
@@ -30,7 +30,15 @@ async def run(settings: CredentialSettings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    state = CredentialState(settings.paths, settings.secrets, own_addresses(), _report)
+    own = tuple(own_addresses())
+    state = CredentialState(
+        settings.paths,
+        settings.secrets,
+        own,
+        _report,
+        guardian_networks=settings.guardian_networks,
+        own_networks=OwnNetworks(own=own) if settings.refuse_own_networks else None,
+    )
     with AuditLog(
         settings.audit_log,
         stream=sys.stdout if settings.audit_stdout else None,

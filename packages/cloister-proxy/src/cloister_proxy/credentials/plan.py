@@ -5,13 +5,14 @@ path's first segment names the agent (:data:`cloister_core.credentials.PROVIDERS
 the key the agent sent is its cloister token. :func:`plan` turns that into a
 :class:`Forward` (the upstream URL and the request head to send, the real credential
 in place of the token) or a :class:`Refusal` (status and the vendor-shaped JSON error
-an SDK shows to its user).
+an SDK shows to its user). Only the calls of :data:`~cloister_proxy.credentials.calls.CALLS`
+are forwarded, and of their headers only those of
+:data:`~cloister_proxy.credentials.headers.FORWARDED`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -24,7 +25,9 @@ from cloister_core.credentials import (
     provider_of,
 )
 from cloister_core.tokens import TokenRecord
-from cloister_proxy.http1 import FRAMING_FIELDS, RequestHead, render_head
+from cloister_proxy.credentials.calls import check
+from cloister_proxy.credentials.headers import forwarded
+from cloister_proxy.http1 import RequestHead, render_head
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,8 @@ class Forward:
     upstream: Upstream
     head: bytes  # the request head as sent upstream
     path: str  # the path after the agent's prefix (audited; no query string)
+    dropped: tuple[str, ...]  # the client's headers not forwarded (audited)
+    expects_continue: bool  # answer the client's Expect: 100-continue before its body
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +81,18 @@ class Refusal:
 
     def body(self, provider: Provider | None) -> bytes:
         """The error as the vendor's SDK expects it (so the agent shows the message)."""
-        if provider is not None and provider.agent == "claude":
-            document: object = {
-                "type": "error",
-                "error": {"type": _anthropic_type(self.status), "message": self.message},
+        agent = provider.agent if provider is not None else None
+        document: object
+        if agent == "claude":
+            kind = _ANTHROPIC_TYPES.get(self.status, "api_error")
+            document = {"type": "error", "error": {"type": kind, "message": self.message}}
+        elif agent == "gemini":
+            status = _GOOGLE_STATUSES.get(self.status, "UNKNOWN")
+            document = {"error": {"code": self.status, "message": self.message, "status": status}}
+        elif agent == "codex":
+            kind = "invalid_request_error" if self.status < 500 else "server_error"
+            document = {
+                "error": {"message": self.message, "type": kind, "param": None, "code": self.reason}
             }
         else:
             document = {
@@ -88,16 +101,24 @@ class Refusal:
         return json.dumps(document).encode("utf-8")
 
 
-def _anthropic_type(status: int) -> str:
-    return {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}.get(
-        status, "api_error"
-    )
-
-
-METHODS = frozenset({"GET", "HEAD", "POST", "DELETE"})  # not TRACE (echoes the key), CONNECT…
-# Dot segments, empty segments and backslashes, raw or percent-encoded (also an encoded
-# slash): a path that could climb out of api_base's own path on the way upstream.
-_UNSAFE_PATH = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)|//|\\|%2f|%5c", re.IGNORECASE)
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_GOOGLE_STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "PERMISSION_DENIED",
+    429: "RESOURCE_EXHAUSTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+}
 
 TokenLookup = Callable[[str], TokenRecord | None]
 CredentialLookup = Callable[[str], StoredCredential | None]
@@ -128,18 +149,17 @@ def plan(
     if not record.accepts_from(peer):
         # another cloister's token: refused, and never audited as that cloister
         return Refusal(401, "cloister: this token belongs to another cloister", "token-address")
-    if head.method not in METHODS:
-        return Refusal(405, f"cloister: {head.method} is not forwarded", "method", record)
-    if head.method in ("GET", "HEAD") and head.framing.kind != "none":
-        return Refusal(400, f"cloister: a {head.method} with a body", "body", record)
-    if _UNSAFE_PATH.search(path_only) or not provider.paths.fullmatch(rest):
+    refused = check(provider.agent, head.method, rest + query, lowered)
+    if refused is not None:
         return Refusal(
-            403,
-            f"cloister: {rest!r} is not part of the {provider.agent} model API that the"
-            " credential gateway forwards",
-            "path",
+            405 if refused.by == "method" else 403,
+            f"cloister: {refused.message}: the credential gateway forwards only the"
+            f" {provider.agent} CLI's model calls",
+            refused.by,
             record,
         )
+    if head.method == "GET" and head.framing.kind != "none":
+        return Refusal(400, f"cloister: a {head.method} with a body", "body", record)
     credential = credentials(provider.agent)
     if credential is None or credential.secret is None:
         return Refusal(
@@ -150,15 +170,24 @@ def plan(
             record,
         )
     upstream = Upstream.parse(api_bases.get(provider.agent) or provider.default_api_base)
-    dropped = {"host", *provider.token_headers, "x-api-key", "authorization", *FRAMING_FIELDS}
+    kept, dropped = forwarded(provider.agent, head.headers)
     fields = [
         ("Host", upstream.authority),
-        *head.headers.without_hop_by_hop(also=dropped),
+        *kept,
         *_framing(head),  # as parsed here, whatever spelling the client used
         *provider.upstream_headers(credential.method, credential.secret.get_secret_value()),
     ]
     request = render_head(f"{head.method} {upstream.base_path}{rest}{query} HTTP/1.1", fields)
-    return Forward(provider, record, credential.method, upstream, request, rest)
+    return Forward(
+        provider,
+        record,
+        credential.method,
+        upstream,
+        request,
+        rest,
+        dropped,
+        _expects_continue(head),
+    )
 
 
 def _framing(head: RequestHead) -> list[tuple[str, str]]:
@@ -166,4 +195,11 @@ def _framing(head: RequestHead) -> list[tuple[str, str]]:
         return [("Transfer-Encoding", "chunked")]
     if head.framing.kind == "length":
         return [("Content-Length", str(head.framing.length))]
-    return [("Content-Length", "0")] if head.method in ("POST", "DELETE") else []
+    return [("Content-Length", "0")] if head.method == "POST" else []
+
+
+def _expects_continue(head: RequestHead) -> bool:
+    """Whether the client waits for a ``100 Continue`` before it sends its body: the
+    gateway answers it itself (it reads the body before the upstream's answer)."""
+    values = [value.strip().lower() for value in head.headers.get_all("expect")]
+    return head.framing.kind != "none" and values == ["100-continue"]

@@ -1,10 +1,11 @@
 """The credential gateway's socket layer: accept, read heads, relay to the vendor.
 
-Agents in cloisters call it over plain HTTP on cloister-net (their base URL); it
+Agents in cloisters call it over plain HTTP on their own network (their base URL); it
 answers a request :func:`plan` refuses, or forwards it: to the upstream over a kept
 connection of its own (TLS for https, the address guard of the proxy applied to every
 address it dials), request body and response relayed as they come, so a streamed
-(SSE) answer reaches the agent event by event. Keep-alive both ways; an audit line
+(SSE) answer reaches the agent event by event; a chunked request body is re-chunked
+on the way (:mod:`~cloister_proxy.credentials.body`). Keep-alive both ways; an audit line
 per request (never the key).
 """
 
@@ -21,6 +22,9 @@ from dataclasses import dataclass, field
 from cloister_core.audit import AuditLog
 from cloister_core.credentials import provider_of
 from cloister_proxy.addresses import parse_address
+from cloister_proxy.credentials.body import UpstreamBody
+from cloister_proxy.credentials.dialing import guard_refusal
+from cloister_proxy.credentials.limits import ConnectionBook, Ticket
 from cloister_proxy.credentials.plan import Forward, Refusal, Upstream, plan
 from cloister_proxy.credentials.settings import CredentialSettings
 from cloister_proxy.credentials.state import CredentialState
@@ -37,7 +41,10 @@ from cloister_proxy.http1 import (
 )
 
 READ_SIZE = 256 * 1024
+LINGER_SECONDS = 1.0
+LISTEN_BACKLOG = 1024  # a flood from one cloister must not fill the queue for the others
 POOL_PER_UPSTREAM = 16
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class ClientGoneError(Exception):
@@ -76,13 +83,19 @@ class CredentialGateway:
         # Kept upstream connections, per upstream *and cloister*: a response that an
         # upstream bug leaves on a connection can only ever reach the same cloister.
         self._pool: dict[tuple[str, tuple[str, str, int]], list[Connection]] = {}
-        self._unauthenticated: dict[str, int] = {}  # connections per peer before a forward
+        self._book = ConnectionBook(
+            unauthenticated_per_address=settings.max_unauthenticated_per_address,
+            per_cloister=settings.max_connections_per_cloister,
+        )
+        self._full: set[str] = set()  # cloisters at their limit (reported once per spell)
         self._tls = ssl.create_default_context()
         self.address: tuple[str, int] | None = None
 
     async def serve(self, ready: Callable[[tuple[str, int]], None] | None = None) -> None:
         host, port = self._settings.listen_address
-        server = await asyncio.start_server(self._handle, host, port, reuse_address=True)
+        server = await asyncio.start_server(
+            self._handle, host, port, reuse_address=True, backlog=LISTEN_BACKLOG
+        )
         self.address = server.sockets[0].getsockname()[:2]
         try:
             async with server:
@@ -94,6 +107,10 @@ class CredentialGateway:
                 for connection in connections:
                     connection.close()
 
+    def held(self, cloister: str) -> int:
+        """The connections *cloister* holds now (counted against its limit)."""
+        return self._book.held(cloister)
+
     # -- per client connection -----------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -104,11 +121,12 @@ class CredentialGateway:
         buffer = bytearray()
         peername = writer.get_extra_info("peername")
         peer = str(peername[0]) if peername else "?"
-        waiting = self._unauthenticated.get(peer, 0) + 1
-        self._unauthenticated[peer] = waiting
-        authenticated = False
+        ticket = self._book.admit(peer)
+        gone = False  # the client closed (or failed): nothing left to read
         try:
-            if waiting > self._settings.max_unauthenticated_per_address:
+            if not isinstance(ticket, Ticket):
+                # refused at once, before it costs a head: over its address's or its
+                # cloister's limit
                 writer.write(render_response(429, "cloister: too many connections from here\n"))
                 await writer.drain()
                 return
@@ -117,48 +135,62 @@ class CredentialGateway:
                 try:
                     head, buffer = await self._read_head(reader, buffer, first=first)
                 except ClientGoneError:
+                    gone = True
                     return
                 except HttpError as error:
                     writer.write(render_response(error.status, f"cloister: {error.message}\n"))
                     await writer.drain()
                     return
                 first = False
-                keep, forwarded = await self._serve(reader, writer, head, buffer, peer)
-                if forwarded and not authenticated:
-                    authenticated = True
-                    self._forget_unauthenticated(peer)
+                keep = await self._serve(reader, writer, head, buffer, ticket)
                 if not (keep and head.keep_alive):
                     return
         except (OSError, ClientGoneError, TimeoutError):
+            gone = True
             return
         except Exception as error:  # one connection's bug must not stop the gateway
             self._report(f"internal error on a connection: {type(error).__name__}: {error}")
         finally:
-            if not authenticated:
-                self._forget_unauthenticated(peer)
+            if not gone:
+                await self._linger(reader, writer)
+            if isinstance(ticket, Ticket):
+                self._book.release(ticket)
+                cloister = ticket.cloister
+                if cloister is not None and self._book.held(cloister) < self._book.per_cloister:
+                    self._full.discard(cloister)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    def _forget_unauthenticated(self, peer: str) -> None:
-        remaining = self._unauthenticated.pop(peer, 1) - 1
-        if remaining > 0:
-            self._unauthenticated[peer] = remaining
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Say we are done, and read what the client still sends for a moment: closing
+        with unread bytes resets the connection, and the client may lose our answer (a
+        refusal sent before its request was read)."""
+        with contextlib.suppress(OSError, TimeoutError):
+            if writer.can_write_eof():
+                writer.write_eof()
+            async with asyncio.timeout(LINGER_SECONDS):
+                while await reader.read(READ_SIZE):
+                    pass
 
     async def _read_head(
         self, reader: asyncio.StreamReader, buffer: bytearray, *, first: bool
     ) -> tuple[RequestHead, bytearray]:
-        wait = (
-            self._settings.header_timeout if first else self._settings.idle_timeout
-        ).total_seconds()
+        header_timeout = self._settings.header_timeout.total_seconds()
+        # A fresh connection must send its head promptly; a kept-alive one may wait
+        # (idle) for its next request, then has header_timeout for the rest of it.
+        wait = header_timeout if first else self._settings.idle_timeout.total_seconds()
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(wait):
+            async with asyncio.timeout(wait) as deadline:
                 scanned = 0
                 while (end := find_head_end(buffer, scanned)) < 0:
                     scanned = len(buffer)
                     data = await reader.read(READ_SIZE)
                     if not data:
                         raise ClientGoneError
+                    if not buffer and not first:
+                        deadline.reschedule(loop.time() + header_timeout)
                     buffer += data
         except TimeoutError:
             raise ClientGoneError from None
@@ -170,14 +202,15 @@ class CredentialGateway:
         writer: asyncio.StreamWriter,
         head: RequestHead,
         buffer: bytearray,
-        peer: str,
-    ) -> tuple[bool, bool]:
-        """One request: whether the connection may stay open, and whether it was forwarded."""
+        ticket: Ticket,
+    ) -> bool:
+        """One request: whether the connection may stay open."""
         started = time.monotonic()
+        peer = ticket.peer
         if head.method in ("GET", "HEAD") and head.target == "/healthz":
             writer.write(render_response(200, "ok\n", close=False))
             await writer.drain()
-            return True, False
+            return True
         decision = plan(
             head,
             tokens=self._state.token,
@@ -187,7 +220,22 @@ class CredentialGateway:
         )
         if isinstance(decision, Refusal):
             await self._refuse(writer, head, decision, started, peer=peer)
-            return False, False
+            return False
+        cloister = decision.record.cloister
+        if not self._book.charge(ticket, cloister):
+            limit = self._book.per_cloister
+            if cloister not in self._full:
+                self._full.add(cloister)
+                self._report(f"cloister {cloister!r} holds {limit} connections, its limit")
+            refusal = Refusal(
+                429,
+                f"cloister: this cloister holds {limit} connections to the credential"
+                " gateway, its limit (max_connections_per_cloister); retry when some close",
+                "connections",
+                decision.record,
+            )
+            await self._refuse(writer, head, refusal, started, peer=peer)
+            return False
         status, sent, received, keep = 0, 0, 0, False
         reason: str | None = None
         try:
@@ -217,8 +265,9 @@ class CredentialGateway:
                 bytes_up=sent,
                 bytes_down=received,
                 duration_ms=round((time.monotonic() - started) * 1000, 3),
+                **({"dropped_headers": list(decision.dropped)} if decision.dropped else {}),
             )
-        return keep, True
+        return keep
 
     async def _refuse(
         self,
@@ -271,7 +320,10 @@ class CredentialGateway:
         reusable = False
         try:
             connection.writer.write(forward.head)
-            body = BodyTracker(head.framing)
+            if forward.expects_continue:
+                writer.write(CONTINUE)
+                await writer.drain()
+            body = UpstreamBody(head.framing)
             sent = await self._send_body(reader, connection, body, buffer)
             status, received, reusable = await self._relay_response(writer, head, connection)
         except BaseException:
@@ -287,26 +339,35 @@ class CredentialGateway:
         self,
         reader: asyncio.StreamReader,
         connection: Connection,
-        tracker: BodyTracker,
+        body: UpstreamBody,
         buffer: bytearray,
     ) -> int:
-        """The request body, as it comes (what follows it stays in *buffer*)."""
+        """The request body, as it comes (what follows it stays in *buffer*); the bytes
+        sent upstream."""
         sent = 0
         data = bytes(buffer)
         buffer.clear()
-        idle = self._settings.idle_timeout.total_seconds()
+        # In all, not per read: a body sent a byte at a time must not hold the
+        # connection (and its upstream one) for long. Waiting on the upstream is free.
+        allowed = self._settings.body_timeout.total_seconds()
+        loop = asyncio.get_running_loop()
         while True:
-            taken = tracker.feed(data)
-            if taken:
-                connection.writer.write(data[:taken])
-                sent += taken
-            if tracker.done:
+            taken, out = body.feed(data)
+            if out:
+                connection.writer.write(out)
+                sent += len(out)
+            if body.done:
                 buffer += data[taken:]
                 await connection.writer.drain()
                 return sent
             await connection.writer.drain()
-            async with asyncio.timeout(idle):
-                data = await reader.read(READ_SIZE)
+            waited = loop.time()
+            try:
+                async with asyncio.timeout(allowed):
+                    data = await reader.read(READ_SIZE)
+            except TimeoutError:
+                raise HttpError(408, "the request body did not arrive in time") from None
+            allowed -= loop.time() - waited
             if not data:
                 raise ClientGoneError
 
@@ -389,12 +450,10 @@ class CredentialGateway:
                 addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
                 guard = self._state.guard()
                 checked = [parse_address(address.split("%", 1)[0]) for address in addresses]
-                refused = guard.first_refused(checked)
+                own = self._state.own_networks(ipv6=any(a.version == 6 for a in checked))
+                refused = guard.first_refused(checked, own)
                 if refused is not None:
-                    raise UpstreamRefusedError(
-                        f"{upstream.host} resolves to {refused.address} ({refused.address_class}),"
-                        " which the proxy's address guard refuses (proxy.allow_private_networks)"
-                    )
+                    raise UpstreamRefusedError(guard_refusal(upstream.host, refused))
                 problem = "no address"
                 for address in checked:
                     try:

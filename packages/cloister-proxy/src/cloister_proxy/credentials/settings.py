@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, IPvAnyNetwork, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
@@ -56,6 +56,28 @@ class CredentialSettings(BaseSettings):
         default=64,
         ge=1,
         description="connections one address may hold before a request was forwarded",
+    )
+    max_connections_per_cloister: int = Field(
+        default=64,
+        ge=1,
+        description="connections one cloister may hold once a request was forwarded, for"
+        " their whole life (each may hold an upstream connection on the shared key)",
+    )
+    body_timeout: Duration = Field(
+        default=timedelta(seconds=60),
+        description="time a client may take, in all, to send one request body",
+    )
+    guardian_networks: tuple[IPvAnyNetwork, ...] = Field(
+        default=(),
+        description="the guardian's own networks as a JSON list of CIDRs (the cloister"
+        " network pool, the egress, control and ports subnets): never an upstream,"
+        " whatever proxy.allow_private_networks says",
+    )
+    refuse_own_networks: bool = Field(
+        default=True,
+        description="never connect to the networks of this service's own interfaces or"
+        " loopback (read at each dial); off only where upstreams run beside the gateway"
+        " (tests, benchmarks)",
     )
     audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
     cloister_logs: Path | None = Field(

@@ -19,7 +19,8 @@ from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord
 from cloister_core.watch import Signature, TokenDirectory, file_signature
-from cloister_proxy.addresses import AddressGuard, IPAddress
+from cloister_proxy.addresses import NO_NETWORKS, AddressGuard, IPAddress, IPNetwork, NetworkSet
+from cloister_proxy.state import OwnNetworkReader
 
 
 @dataclass(slots=True)
@@ -35,10 +36,15 @@ class CredentialState:
         secrets_dir: Path,
         own_addresses: Iterable[IPAddress],
         report: Callable[[str], None],
+        *,
+        guardian_networks: Iterable[IPNetwork] = (),
+        own_networks: OwnNetworkReader | None = None,
     ) -> None:
         self._paths = paths
         self._secrets = secrets_dir
         self._own = list(own_addresses)
+        self._guardian = NetworkSet(guardian_networks)
+        self._own_networks = own_networks
         self._report = report
         self.tokens = TokenDirectory(paths.tokens_dir, report)
         self._credentials: dict[str, _Cached] = {}
@@ -74,7 +80,7 @@ class CredentialState:
                 if self._config is not None:
                     return self._config[1], self._config[2]
                 config = GlobalConfig()
-            guard = AddressGuard(config.proxy.allow_private_networks, self._own)
+            guard = AddressGuard(config.proxy.allow_private_networks, self._own, self._guardian)
             self._config = (signature, config, guard)
         return self._config[1], self._config[2]
 
@@ -84,3 +90,9 @@ class CredentialState:
 
     def guard(self) -> AddressGuard:
         return self._load()[1]
+
+    def own_networks(self, *, ipv6: bool) -> NetworkSet:
+        """The networks of the gateway's interfaces and loopback, as they are now."""
+        if self._own_networks is None:
+            return NO_NETWORKS
+        return self._own_networks(ipv6=ipv6)
