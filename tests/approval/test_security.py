@@ -15,6 +15,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from cloister_approval.app import create_app
+from cloister_core.hubauth import mac, proof
 from tests.approval.conftest import CREDENTIAL, HUB_SECRET, HUMAN_HEADERS, UI, make_settings
 
 ROUTES = ["/", "/api/v1/pending", "/api/v1/decisions", "/api/v1/health", "/api/v1/openapi.json"]
@@ -138,7 +139,11 @@ def test_credential_from_a_file(tmp_path: Path) -> None:
 # -- the human: the hub secret or a browser session token ---------------------------------
 
 OPEN = {
-    *((method, path) for method in ("GET", "HEAD") for path in ("/", "/login", "/api/v1/health")),
+    *(
+        (method, path)
+        for method in ("GET", "HEAD")
+        for path in ("/", "/login", "/api/v1/health", "/api/v1/proof")
+    ),
     ("GET", "/static/app.js"),
     ("GET", "/static/app.css"),
     ("POST", "/api/v1/login"),
@@ -232,9 +237,10 @@ def test_the_open_routes_hold_no_data(app: Starlette, anonymous: TestClient) -> 
     )  # fmt: skip
     assert hold.json()["action"] == "timeout"
     for method, path in OPEN:
-        if method != "GET" or path == "/api/v1/health":
+        if method != "GET":
             continue
-        response = anonymous.get(path)
+        params = {"challenge": "ab" * 32} if path == "/api/v1/proof" else None
+        response = anonymous.get(path, params=params)
         assert response.status_code == 200, path
         assert "held.example" not in response.text
         assert "secretive" not in response.text
@@ -246,9 +252,26 @@ def test_the_open_routes_hold_no_data(app: Starlette, anonymous: TestClient) -> 
 def test_health_is_open_and_says_nothing_else(anonymous: TestClient) -> None:
     response = anonymous.get("/api/v1/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "pending": 0}
+    assert response.json() == {"status": "ok"}  # not even whether anything waits
     # Open to the stack's readiness check, still only under the hub's own names.
     assert anonymous.get("/api/v1/health", headers={"Host": "evil.example"}).status_code == 403
+
+
+def test_the_hub_proves_it_holds_the_secret_and_gives_nothing_else(
+    anonymous: TestClient,
+) -> None:
+    """Open, so that the CLI can check who listens before the secret goes there; the
+    answer is a MAC of its own purpose, no ticket or session MAC."""
+    challenge = "ab" * 32
+    response = anonymous.get("/api/v1/proof", params={"challenge": challenge})
+    assert response.status_code == 200
+    assert response.json() == {"proof": proof(HUB_SECRET, challenge)}
+    assert response.json()["proof"] == mac(HUB_SECRET, "hub-proof", challenge)
+    assert response.headers["cache-control"] == "no-store"
+    for bad in ("", "xyz", "AB" * 32, "ab" * 65, "ab" * 15):
+        refused = anonymous.get("/api/v1/proof", params={"challenge": bad})
+        assert refused.status_code == 400, bad
+    assert anonymous.get("/api/v1/proof", headers={"Host": "evil.example"}).status_code == 403
 
 
 def test_service_routes_keep_their_own_credential(anonymous: TestClient) -> None:

@@ -672,9 +672,8 @@ def _networks(log: list[str]) -> Any:
             return run()
 
         @staticmethod
-        def remove(client: object, instance: object, name: str) -> bool:
+        def remove_unused(client: object, instance: object, name: str) -> None:
             log.append(f"remove {name}")
-            return True
 
     return Networks
 

@@ -42,9 +42,9 @@ def paths(env: dict[str, str]) -> CloisterPaths:
 
 def started(paths: CloisterPaths, secret: str = HUB_SECRET, ui_port: int = 8999) -> None:
     """What `guardian start` leaves behind that these commands read."""
-    paths.guardian_dir.mkdir(parents=True)
+    paths.guardian_dir.mkdir(parents=True, exist_ok=True)
     (paths.guardian_dir / "hub.secret").write_text(secret + "\n", encoding="utf-8")
-    paths.config_dir.mkdir(parents=True)
+    paths.config_dir.mkdir(parents=True, exist_ok=True)
     paths.config_file.write_text(f"guardian:\n  ui_port: {ui_port}\n", encoding="utf-8")
 
 
@@ -66,6 +66,9 @@ class Browser:
 def browser(monkeypatch: pytest.MonkeyPatch) -> Browser:
     fake = Browser()
     monkeypatch.setattr(webbrowser, "open", fake.open)
+    # These tests are about the link; that it goes only to a hub that proves it holds the
+    # secret is test_open_goes_only_to_a_hub_that_proves_it and test_hub_client.py's.
+    monkeypatch.setattr(hub_client.HubClient, "verify", lambda self: None)
     return fake
 
 
@@ -108,6 +111,32 @@ def test_without_a_browser_it_says_what_to_do(
     assert result.exit_code == 0
     assert "open the URL above within a minute" in result.stderr
     assert result.stdout.startswith("http://127.0.0.1:8999/login?ticket=")
+
+
+def test_open_goes_only_to_a_hub_that_proves_it(
+    env: dict[str, str], paths: CloisterPaths, live_hub: LiveHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the guardian is down, anything may listen on its port: no link goes there."""
+    opened: list[str] = []
+
+    def open_browser(url: str) -> bool:
+        opened.append(url)
+        return True
+
+    monkeypatch.setattr(webbrowser, "open", open_browser)
+    port = int(live_hub.url.rpartition(":")[2])
+    started(paths, secret="another-machines-secret", ui_port=port)
+    result = run(env, "guardian", "open", "--no-browser")
+    assert result.exit_code == 1
+    assert "cannot prove it holds this machine's hub secret" in result.output
+    assert "ticket=" not in result.output
+    assert run(env, "guardian", "open").exit_code == 1
+    assert opened == []
+    assert not (paths.guardian_dir / "login.html").exists()
+    started(paths, ui_port=port)  # the hub's own secret: it proves it
+    result = run(env, "guardian", "open", "--no-browser")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"{live_hub.url}/login?ticket=")
 
 
 def test_open_without_a_secret_is_one_clean_line(env: dict[str, str], browser: Browser) -> None:
@@ -196,7 +225,7 @@ def test_approvals_with_the_wrong_secret(
     result = run(env, "approvals", "list", "--hub", live_hub.url)
     assert result.exit_code == 1
     assert result.output.startswith(
-        f"Error: the approval hub at {live_hub.url} refused this machine's hub secret"
+        f"Error: what answers at {live_hub.url} cannot prove it holds this machine's hub secret"
     )
     assert result.output.count("\n") == 1
 
@@ -257,9 +286,9 @@ def test_logout_removes_the_login_page_and_its_link_no_longer_works(
 def test_logout_ends_every_browser_session_and_not_the_cli(
     env: dict[str, str], paths: CloisterPaths, tmp_path: Path
 ) -> None:
-    started(paths)
     # The hub as the stack runs it: the sessions directory beside the secret file.
     hub = LiveHub(tmp_path / "hub", hub_sessions_dir=paths.guardian_dir / "hub-sessions")
+    started(paths, ui_port=int(hub.url.rpartition(":")[2]))  # `open` asks it for its proof
     try:
         # The CLI's link, its ticket traded as the hub's login page does.
         link = run(env, "guardian", "open", "--no-browser").stdout.strip()

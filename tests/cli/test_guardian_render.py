@@ -18,6 +18,7 @@ import docker.errors
 import pytest
 from ruamel.yaml import YAML
 
+from cloister_cli import ports
 from cloister_cli.guardian import (
     Guardian,
     GuardianError,
@@ -435,6 +436,21 @@ def test_another_guardians_hub_on_the_ui_port_is_named(paths: CloisterPaths) -> 
     )
     # Another port: no concern of this guardian's.
     guardian_for(paths, engine, ui_port=UI_PORT + 1).check_hub_port()
+
+
+def test_the_hub_never_goes_where_an_agents_page_was(paths: CloisterPaths) -> None:
+    """A browser keeps what a page left in its origin (cached answers, a service worker):
+    the approval UI must not take over a port `cloister port` served an agent's page on."""
+    engine = HubEngine(HubContainers([]))
+    guardian_for(paths, engine).check_agents_were_not_there()  # none yet
+    ports.remember(paths, UI_PORT)
+    with pytest.raises(GuardianError) as caught:
+        guardian_for(paths, engine).check_agents_were_not_there()
+    assert str(caught.value).startswith(
+        f"guardian.ui_port {UI_PORT} is a port where `cloister port` served an agent's page;"
+    )
+    assert f"in {paths.config_file} to another port" in str(caught.value)
+    guardian_for(paths, engine, ui_port=UI_PORT + 1).check_agents_were_not_there()
 
 
 def test_an_older_cloisters_stack_is_named_with_how_to_remove_it(paths: CloisterPaths) -> None:

@@ -73,7 +73,9 @@ def test_the_secret_is_what_lets_the_client_in(hub: LiveHub) -> None:
     with pytest.raises(HubError) as caught:
         HubClient(hub.url, "not-the-secret").pending()
     message = str(caught.value)
-    assert message.startswith(f"the approval hub at {hub.url} refused this machine's hub secret")
+    assert message.startswith(
+        f"what answers at {hub.url} cannot prove it holds this machine's hub secret (HTTP 200)"
+    )
     assert "\n" not in message
 
 
@@ -243,7 +245,9 @@ def test_something_else_at_the_address_is_one_line() -> None:
         server.server_close()
         thread.join(10)
     assert str(caught.value) == (
-        f"{url} answered HTTP 200 that is not the approval hub's JSON; is that the hub's address?"
+        f"what answers at {url} cannot prove it holds this machine's hub secret (HTTP 200):"
+        " a guardian started with another secret (`cloister guardian stop`, then `start`),"
+        " or another program on guardian.ui_port; nothing was sent to it"
     )
 
 

@@ -266,6 +266,24 @@ def test_stop_removes_the_container_and_the_network_the_services_leave() -> None
     assert engine.log[-1] == f"remove network {INSTANCE.cloister('api')}"
 
 
+def test_a_failed_start_leaves_a_network_another_start_of_the_name_runs_on() -> None:
+    """Two starts of one name at once: the second's failure (the name is taken) must
+    not take the first's network from under its running cloister."""
+    engine = engine_with_networks()
+    network: Any = networks.create(engine, INSTANCE, "api", GuardianConfig())
+    first = networks.run_with_services(
+        engine, INSTANCE, network, lambda: engine.add_container(INSTANCE.cloister("api"))
+    )
+    network.members[first.id] = first.name
+    engine.log.clear()
+    networks.remove_unused(engine, INSTANCE, "api")
+    assert INSTANCE.cloister("api") in engine.networks_by_name
+    assert engine.log == []
+    del network.members[first.id]  # a failed first start: only the services are on it
+    networks.remove_unused(engine, INSTANCE, "api")
+    assert INSTANCE.cloister("api") not in engine.networks_by_name
+
+
 def test_without_a_network_the_container_still_goes() -> None:
     engine = engine_with_networks()
     box = engine.add_container(INSTANCE.cloister("api"))

@@ -20,6 +20,7 @@ from cloister_cli.main import cli
 from cloister_cli.ports import PortError, PortSpec
 from cloister_core import stack
 from cloister_core.names import RESERVED_CLOISTER_PREFIX
+from cloister_core.paths import CloisterPaths
 
 INSTANCE = stack.Instance("0123abcd", os.getuid(), Path("/data"))
 OTHER = stack.Instance("4567cdef", os.getuid() + 1, Path("/other"))
@@ -635,6 +636,28 @@ def test_the_command_publishes_lists_and_removes(command_engine: FakeEngine) -> 
     assert "cloister my-api: port 8000 no longer published" in removed.stdout
     empty = runner.invoke(cli, ["port", "--list"])
     assert empty.stdout == "no cloister publishes a port\n"
+
+
+def test_the_command_remembers_every_host_port_an_agents_page_had(
+    command_engine: FakeEngine, tmp_path: Path
+) -> None:
+    """What the page left in a browser outlives the forward: the port stays known."""
+    paths = CloisterPaths(tmp_path / "config", tmp_path / "data")
+    assert ports.served_agents(paths) == frozenset()
+    runner = CliRunner()
+    assert runner.invoke(cli, ["port", "my-api", "8000:0"]).exit_code == 0
+    assert runner.invoke(cli, ["port", "my-api", "8000", "--remove"]).exit_code == 0
+    assert ports.served_agents(paths) == {49153}
+    record = paths.guardian_dir / "agent-ports"
+    assert record.read_text(encoding="ascii") == "49153\n"
+
+
+def test_remembered_ports_are_kept_sorted_once_each(tmp_path: Path) -> None:
+    paths = CloisterPaths(tmp_path / "config", tmp_path / "data")
+    for port in (8000, 3000, 8000):
+        ports.remember(paths, port)
+    assert (paths.guardian_dir / "agent-ports").read_text(encoding="ascii") == "3000\n8000\n"
+    assert ports.served_agents(paths) == {3000, 8000}
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from cloister_approval.auth import HubAuth
 from cloister_approval.http import json_response, read_model
 from cloister_approval.hub import ApprovalHub
 from cloister_approval.models import CommandDecisionIn, DomainDecisionIn, PendingOut
 from cloister_approval.security import credential
-from cloister_core.hubauth import HEALTH_PATH
+from cloister_core.hubauth import HEALTH_PATH, PROOF_PATH
 from cloister_core.names import validate_name
 
 
@@ -27,7 +28,19 @@ def _hub(request: Request) -> ApprovalHub:
 
 
 async def health(request: Request) -> Response:
-    return JSONResponse({"status": "ok", "pending": _hub(request).pending_count()})
+    # Open to every local process: it says the hub is up and nothing else (not even
+    # whether the human's agents are waiting on a decision).
+    return JSONResponse({"status": "ok"})
+
+
+async def prove(request: Request) -> Response:
+    """Open: the hub's answer to the CLI's challenge (see cloister_core.hubauth)."""
+    auth: HubAuth = request.app.state.auth
+    try:
+        answer = auth.prove(request.query_params.get("challenge", ""))
+    except ValueError as error:
+        return JSONResponse({"error": str(error)}, status_code=400)
+    return JSONResponse({"proof": answer}, headers={"Cache-Control": "no-store"})
 
 
 def cloister_filter(request: Request) -> str | None:
@@ -85,6 +98,7 @@ async def effective_rules(request: Request) -> Response:
 
 ROUTES = [
     Route(HEALTH_PATH, health, methods=["GET"]),
+    Route(PROOF_PATH, prove, methods=["GET"]),
     Route("/api/v1/pending", pending, methods=["GET"]),
     Route("/api/v1/domains/{item_id:str}/decision", decide_domain, methods=["POST"]),
     Route("/api/v1/commands/{item_id:str}/decision", decide_command, methods=["POST"]),

@@ -42,6 +42,7 @@ from cloister_core.hubauth import (
     TicketError,
     mac,
     parse_revoked_before,
+    proof,
     verify_ticket,
 )
 
@@ -131,6 +132,10 @@ class HubAuth:
         # Used nonces are forgotten at a restart: a ticket from before it could be replayed.
         self._started = int(clock())
         self._used: dict[str, int] = {}  # nonce → expiry: a ticket works once
+
+    def prove(self, challenge: str) -> str:
+        """The answer to the CLI's challenge: this hub holds the secret."""
+        return proof(self._secret, challenge)
 
     def authenticate(self, headers: Mapping[str, str]) -> str | Refused:
         """``cli``, ``browser:<session id>``, or why the request is not the human's."""

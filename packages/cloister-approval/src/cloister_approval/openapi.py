@@ -29,7 +29,7 @@ from cloister_core.hub import (
     DomainDecision,
     DomainRequest,
 )
-from cloister_core.hubauth import HEALTH_PATH
+from cloister_core.hubauth import HEALTH_PATH, PROOF_PATH
 
 OPENAPI_PATH = "/api/v1/openapi.json"
 FILTERED = frozenset({"/api/v1/pending", "/api/v1/decisions"})  # take ?cloister=NAME
@@ -39,8 +39,10 @@ Operation = tuple[
     str, str, str, type[BaseModel] | None, type[BaseModel] | None, bool, tuple[int, ...]
 ]
 OPERATIONS: list[Operation] = [
-    ("get", HEALTH_PATH, "Health and pending count (open: no credential)", None, None, False,
+    ("get", HEALTH_PATH, "Health (open: no credential; says nothing else)", None, None, False,
      ()),
+    ("get", PROOF_PATH, "The hub proves it holds the hub secret (?challenge=HEX; open)",
+     None, None, False, (400,)),
     ("post", LOGIN_API_PATH, "Trade a one-time login ticket for a browser session (open)",
      LoginIn, SessionOut, False, (400, 401)),
     ("get", "/api/v1/pending", "Everything waiting for a human (?cloister=NAME: of one)",
@@ -85,7 +87,7 @@ def openapi_document() -> dict[str, Any]:
         statuses = errors
         if path.startswith("/api/v1/service/"):
             operation["security"] = [{"service": []}]
-        elif path in (HEALTH_PATH, LOGIN_API_PATH):
+        elif path in (HEALTH_PATH, PROOF_PATH, LOGIN_API_PATH):
             operation["security"] = []
         else:
             operation["security"] = [{"hub": []}, {"browser": []}]

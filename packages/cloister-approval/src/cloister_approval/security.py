@@ -34,13 +34,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cloister_approval.auth import HubAuth, Refused
 from cloister_approval.login import LOGIN_API_PATH, NOT_LOGGED_IN, login_page
-from cloister_core.hubauth import AUTH_SCHEME, HEALTH_PATH, LOGIN_PATH
+from cloister_core.hubauth import AUTH_SCHEME, HEALTH_PATH, LOGIN_PATH, PROOF_PATH
 
 SERVICE_PREFIX = "/api/v1/service/"
 STATIC_PREFIX = "/static/"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPEN_ROUTES = frozenset(
-    {(method, path) for method in ("GET", "HEAD") for path in ("/", LOGIN_PATH, HEALTH_PATH)}
+    {
+        (method, path)
+        for method in ("GET", "HEAD")
+        for path in ("/", LOGIN_PATH, HEALTH_PATH, PROOF_PATH)
+    }
     | {("POST", LOGIN_API_PATH)}
 )
 API_NOT_LOGGED_IN = (

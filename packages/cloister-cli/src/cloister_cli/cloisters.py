@@ -415,7 +415,7 @@ def create(
             lambda: client.containers.run(**container_plan.run_kwargs()),
         )
     except (docker.errors.APIError, docker.errors.ImageNotFound) as error:
-        networks.remove(client, instance, container_plan.name)
+        networks.remove_unused(client, instance, container_plan.name)
         hint = ""
         if container_plan.storage_opt and "storage" in str(error).lower():
             hint = " (the engine cannot apply defaults.disk here: remove it from config.yaml)"
@@ -423,7 +423,7 @@ def create(
             f"cannot start {container_plan.container}: {error}{hint}"
         ) from None
     except BaseException:
-        networks.remove(client, instance, container_plan.name)
+        networks.remove_unused(client, instance, container_plan.name)
         raise
     try:
         container.reload()

@@ -329,6 +329,20 @@ class Guardian:
                 f" {whose(container.labels)} guardian; {fix}"
             )
 
+    def check_agents_were_not_there(self) -> None:
+        """The hub never goes on a port where `cloister port` served an agent's page: the
+        browser may keep what that page left in the origin (cached answers, a service
+        worker), and the hub's page would run it."""
+        ui_port = self.config.guardian.ui_port
+        if ui_port in ports.served_agents(self.paths):
+            raise GuardianError(
+                f"guardian.ui_port {ui_port} is a port where `cloister port` served an"
+                " agent's page; what that page left in your browser for"
+                f" http://127.0.0.1:{ui_port}/ (cached files, a service worker) would run in"
+                f" the approval UI. Set `guardian: {{ui_port: PORT}}` in"
+                f" {self.paths.config_file} to another port"
+            )
+
     def _forwarder_on_ui_port(self) -> str | None:
         """Which `cloister port` forward holds ``guardian.ui_port``, and how to free it."""
         forwarder = ports.forwarder_on(self.client, self.config.guardian.ui_port)
@@ -428,6 +442,7 @@ class Guardian:
         self._ensure_files()
         self.check_ownership()
         self.check_hub_port()
+        self.check_agents_were_not_there()
         guardian_networks = self.ensure_networks()
         executor_process.start(self.paths)
         self.render(guardian_networks)

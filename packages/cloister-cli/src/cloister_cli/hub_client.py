@@ -13,6 +13,7 @@ well would add about 0.2 s to every ``cloister start``.
 
 from __future__ import annotations
 
+import hmac
 import html
 import ipaddress
 import time
@@ -24,7 +25,14 @@ import requests
 
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
-from cloister_core.hubauth import AUTH_HEADER, AUTH_SCHEME, login_url
+from cloister_core.hubauth import (
+    AUTH_HEADER,
+    AUTH_SCHEME,
+    PROOF_PATH,
+    login_url,
+    new_challenge,
+    proof,
+)
 from cloister_core.paths import CloisterPaths
 
 NOT_STARTED = "the guardian has not been started on this machine: `cloister guardian start`"
@@ -112,6 +120,40 @@ class HubClient:
         self.base = check_hub_url(base_url)
         self._secret = secret
         self._timeout = timeout
+        self._proven = False
+
+    def verify(self) -> None:
+        """Make sure the hub at :attr:`base` holds this machine's hub secret, before the
+        secret (or a login link) goes there: while the guardian is down, anything may
+        listen on its port, another user's program too. Once per client."""
+        if self._proven:
+            return
+        challenge = new_challenge()
+        try:
+            response = requests.get(
+                self.base + PROOF_PATH, params={"challenge": challenge}, timeout=self._timeout
+            )
+        except requests.RequestException as error:
+            raise self._unreachable(error) from None
+        try:
+            answer = response.json().get("proof") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            answer = None
+        expected = proof(self._secret, challenge)
+        if not isinstance(answer, str) or not hmac.compare_digest(answer, expected):
+            raise HubError(
+                f"what answers at {self.base} cannot prove it holds this machine's hub secret"
+                f" (HTTP {response.status_code}): a guardian started with another secret"
+                " (`cloister guardian stop`, then `start`), or another program on"
+                " guardian.ui_port; nothing was sent to it"
+            )
+        self._proven = True
+
+    def _unreachable(self, error: requests.RequestException) -> HubError:
+        return HubError(
+            f"the approval hub at {self.base} is not reachable ({_reason(error)});"
+            " is the guardian running? (`cloister guardian status`)"
+        )
 
     @classmethod
     def for_machine(
@@ -144,16 +186,14 @@ class HubClient:
         return path
 
     def _call(self, method: str, path: str, json: Any = None) -> Any:
+        self.verify()
         headers = {AUTH_HEADER: f"{AUTH_SCHEME} {self._secret}"}
         try:
             response = requests.request(
                 method, self.base + path, json=json, headers=headers, timeout=self._timeout
             )
         except requests.RequestException as error:
-            raise HubError(
-                f"the approval hub at {self.base} is not reachable ({_reason(error)});"
-                " is the guardian running? (`cloister guardian status`)"
-            ) from None
+            raise self._unreachable(error) from None
         if response.status_code == 401:
             raise HubError(
                 f"the approval hub at {self.base} refused this machine's hub secret;"

@@ -272,6 +272,14 @@ def remove(
     return True
 
 
+def remove_unused(client: docker.DockerClient, instance: stack.Instance, cloister: str) -> None:
+    """After a start failed: remove the network unless a container other than the
+    services is on it (a concurrent start of the same name whose cloister runs there)."""
+    network = _find(client, instance.cloister(cloister))
+    if network is not None and not _strangers(network, instance):
+        remove(client, instance, cloister)
+
+
 def remove_network(network: Network, *, container: Container | None = None) -> None:
     """Remove *network* once *container* is removed and the rest disconnected.
 

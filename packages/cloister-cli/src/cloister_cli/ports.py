@@ -23,7 +23,11 @@ the host user's uid, an init, small pid and memory limits, a bounded log.
 No forwarder goes on the approval UI's port (:func:`hub_ports`): this instance's
 ``guardian.ui_port``, whether the guardian runs or not, nor the port any guardian's hub
 on the engine publishes. A page there would be in the hub's origin (scheme, host and
-port) and could read the browser's login to the hub from its storage.
+port) and could read the browser's login to the hub from its storage. Nor does the hub
+go where an agent's page was: a browser keeps what a page left in its origin (cached
+answers, a service worker) for the hub to find later, so every host port a forward had
+is remembered (:func:`remember`, ``<data>/guardian/agent-ports``) and ``guardian
+start`` refuses a ``guardian.ui_port`` among them (:func:`served_agents`).
 
 ``cloister stop`` removes a cloister's forwarders (:func:`remove_all`), and so does
 ``cloister uninstall``. One whose cloister went without ``cloister stop`` is listed as
@@ -37,6 +41,7 @@ import ipaddress
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -47,6 +52,8 @@ from docker.types import LogConfig
 from cloister_cli import cloisters, networks
 from cloister_core import stack
 from cloister_core.errors import CloisterError
+from cloister_core.fileio import atomic_write, locked
+from cloister_core.paths import CloisterPaths
 
 HOST_ADDRESS = "127.0.0.1"
 MODULE = "cloister_proxy.forwarder"
@@ -532,6 +539,33 @@ def publish(
         _remove_quietly(container)
         raise
     return Published(_forward(container, cloister), created=True)
+
+
+# -- the host ports agents' pages had ---------------------------------------------------------
+
+
+def _agent_ports_file(paths: CloisterPaths) -> Path:
+    return paths.guardian_dir / "agent-ports"
+
+
+def served_agents(paths: CloisterPaths) -> frozenset[int]:
+    """Every host port a forward of this instance has had (one number per line)."""
+    try:
+        text = _agent_ports_file(paths).read_text(encoding="ascii")
+    except FileNotFoundError:
+        return frozenset()
+    return frozenset(int(line) for line in text.split() if line.isdigit())
+
+
+def remember(paths: CloisterPaths, host_port: int) -> None:
+    """Note that an agent's page was served on *host_port* (kept for good: what it left
+    in a browser has no end the CLI could know)."""
+    record = _agent_ports_file(paths)
+    with locked(record):
+        known = served_agents(paths)
+        if host_port not in known:
+            lines = "".join(f"{port}\n" for port in sorted(known | {host_port}))
+            atomic_write(record, lines, mode=0o644)
 
 
 # -- removing ----------------------------------------------------------------------------------

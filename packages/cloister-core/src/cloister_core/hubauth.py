@@ -19,6 +19,11 @@ ticket minted so far: it writes the Unix second before which neither counts to
 ``<data>/guardian/hub-sessions/revoked-before`` (atomically; the hub mounts the
 directory read-only, so it sees each new file, and re-reads it when it changes).
 
+Before it sends the secret or opens a browser on the hub's port, the CLI has the hub
+prove that it holds the secret: ``GET /api/v1/proof?challenge=<random hex>`` answers
+the HMAC of ``hub-proof|<challenge>``. Whatever else listens on the port (the guardian
+stopped, another user's program there) cannot.
+
 The CLI mints tickets and revokes sessions, the hub verifies both, so the formats
 live here, once.
 """
@@ -40,6 +45,10 @@ SECRET_BYTES = 32
 AUTH_HEADER = "Authorization"
 AUTH_SCHEME = "Bearer"
 HEALTH_PATH = "/api/v1/health"
+# Open: the hub proves it holds the hub secret (before the CLI sends the secret, or opens
+# a browser on the port: while the guardian is down, anything may listen there).
+PROOF_PATH = "/api/v1/proof"
+_CHALLENGE = re.compile(r"[0-9a-f]{32,128}")
 LOGIN_PATH = "/login"
 LOGIN_PARAMETER = "ticket"
 TICKET_SECONDS = 60
@@ -72,6 +81,18 @@ def mac(secret: str, purpose: str, *parts: str) -> str:
     """Hex HMAC-SHA256 of ``purpose|part|…`` under *secret* (one key, separate purposes)."""
     message = "|".join((purpose, *parts)).encode()
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def new_challenge() -> str:
+    return secrets.token_hex(32)
+
+
+def proof(secret: str, challenge: str) -> str:
+    """What the hub answers to *challenge* (``hub-proof`` purpose: no ticket or session
+    MAC is ever this); ValueError for a challenge that is not 32-128 hex digits."""
+    if not _CHALLENGE.fullmatch(challenge):
+        raise ValueError(f"a challenge is 32 to 128 lower-case hex digits, got {challenge!r}")
+    return mac(secret, "hub-proof", challenge)
 
 
 def mint_ticket(secret: str, *, now: float, lifetime: int = TICKET_SECONDS) -> str:

@@ -120,6 +120,7 @@ def guardian_open(context: Context, no_browser: bool) -> None:
       cloister guardian open --no-browser   # print the link, e.g. to open it elsewhere
     """
     hub = context.hub
+    hub.verify()  # the link (and the browser) go only to a hub that holds the secret
     if no_browser:
         click.echo(hub.login_url())
         return

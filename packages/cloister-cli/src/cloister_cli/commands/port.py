@@ -87,6 +87,8 @@ def port(
         ui_port=context.config.guardian.ui_port,
     )
     forward = published.forward
+    if forward.host_port is not None:
+        ports.remember(context.paths, forward.host_port)
     if as_json:
         print_json(forward.to_json() | {"created": published.created})
         return
