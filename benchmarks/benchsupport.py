@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import statistics
@@ -58,3 +59,62 @@ def remove_networks(docker: str, label_filter: str) -> None:
     ).stdout.split()
     if left:
         subprocess.run([docker, "network", "rm", *left], capture_output=True, check=False)
+
+
+def bridge_gateway(docker: str) -> str:
+    """The host's address on Docker's default bridge (``docker0``, e.g. 172.17.0.1): where
+    a benchmark serves a fake upstream that the guardian's containers can reach, and that
+    is none of the guardian's own networks."""
+    inspected = subprocess.run(
+        [docker, "network", "inspect", "bridge", "-f", "{{json .IPAM.Config}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if inspected.returncode != 0:
+        raise BenchError(f"docker network inspect bridge: {inspected.stderr.strip()!r}")
+    for pool in json.loads(inspected.stdout) or []:
+        if pool.get("Gateway") and ":" not in pool["Gateway"]:
+            return str(pool["Gateway"])
+    raise BenchError(f"Docker's default bridge has no IPv4 gateway: {inspected.stdout!r}")
+
+
+def container_cgroup(docker: str, container: str) -> Path:
+    """The memory cgroup directory of *container* (cgroup v1 or v2), read from /proc."""
+    inspected = subprocess.run(
+        [docker, "inspect", "-f", "{{.State.Pid}}", container],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if inspected.returncode != 0 or not inspected.stdout.strip().isdigit():
+        raise BenchError(f"docker inspect {container}: {inspected.stderr.strip()!r}")
+    pid = inspected.stdout.strip()
+    for line in Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            return Path("/sys/fs/cgroup") / path.lstrip("/")
+    raise BenchError(f"no memory cgroup for {container} (pid {pid})")
+
+
+def cgroup_memory(cgroup: Path) -> dict[str, int]:
+    """Bytes: ``rss``, the resident sets of the cgroup's processes summed (VmRSS, from
+    /proc), and ``cgroup``, what the kernel charges the cgroup (page cache and socket
+    buffers included)."""
+    rss = 0
+    for pid in (cgroup / "cgroup.procs").read_text(encoding="utf-8").split():
+        try:
+            status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+        except OSError:
+            continue  # gone meanwhile
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                rss += int(line.split()[1]) * 1024
+    usage = cgroup / "memory.current"
+    if not usage.exists():
+        usage = cgroup / "memory.usage_in_bytes"
+    return {"rss": rss, "cgroup": int(usage.read_text(encoding="utf-8"))}

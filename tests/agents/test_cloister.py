@@ -39,7 +39,6 @@ from tests.cli.cli_support import (
     container,
     docker_executable,
     exec_in,
-    free_port,
     git,
     guardian,
     make_repo,
@@ -49,6 +48,7 @@ from tests.cli.cli_support import (
 )
 from tests.conftest import SkipOrFail
 from tests.executor.docker_support import logs_of
+from tests.waiting import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 

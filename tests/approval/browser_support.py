@@ -26,7 +26,6 @@ import contextlib
 import os
 import re
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,6 +54,7 @@ from cloister_approval.settings import ApprovalSettings
 from cloister_core.hub import SERVICE_COMMANDS_PATH, SERVICE_DOMAINS_PATH
 from cloister_core.hubauth import login_url
 from tests.conftest import chromium_path
+from tests.waiting import free_port
 
 CREDENTIAL = "service-credential-for-tests"
 SERVICE_HEADERS = {"Authorization": f"Bearer {CREDENTIAL}"}
@@ -77,13 +77,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def launch_chromium(playwright: Playwright) -> Browser:

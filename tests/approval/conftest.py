@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,13 @@ from starlette.testclient import TestClient
 
 from cloister_approval.app import create_app
 from cloister_approval.settings import ApprovalSettings
+from tests.waiting import free_port, wait_until
 
 CREDENTIAL = "service-credential-for-tests"
 HUB_SECRET = "hub-secret-for-tests-0123456789abcdef"
 UI = "http://127.0.0.1:9999"
 HUMAN_HEADERS = {"Authorization": f"Bearer {HUB_SECRET}"}
+TIMEOUT = 10.0  # for what the hub does in a thread of its own: hold, start, withdraw
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> ApprovalSettings:
@@ -86,25 +87,13 @@ class Background:
         return self.result
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 10) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-    return value
-
-
 class LiveHub:
     """The hub served by uvicorn on 127.0.0.1 (SSE and long polls need a real server)."""
 
     def __init__(self, tmp_path: Path, **overrides: Any) -> None:
-        import socket
-
         import uvicorn
 
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port: int = probe.getsockname()[1]
+        self.port = free_port()
         (tmp_path / "config").mkdir(parents=True, exist_ok=True)
         self.settings = make_settings(
             tmp_path, port=self.port, public_hosts=(f"127.0.0.1:{self.port}",), **overrides
@@ -115,7 +104,7 @@ class LiveHub:
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)
         self._thread.start()
-        wait_for(lambda: self.server.started)
+        wait_until(lambda: self.server.started, TIMEOUT, "the hub to start")
 
     def human(self, **options: Any) -> httpx.Client:
         """An HTTP client for the human's API: the hub secret in every request."""

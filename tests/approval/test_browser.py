@@ -41,7 +41,6 @@ from tests.approval.browser_support import (
     VIEWER_TIME_ZONE,
     RunningHub,
     domain_item,
-    free_port,
     human_client,
     log_in,
     open_page,
@@ -50,6 +49,7 @@ from tests.approval.browser_support import (
     submit_command,
     submit_domain,
 )
+from tests.waiting import free_port
 
 pytestmark = pytest.mark.browser
 

@@ -19,12 +19,13 @@ from tests.approval.conftest import (
     CREDENTIAL,
     HUMAN_HEADERS,
     SERVICE_HEADERS,
+    TIMEOUT,
     UI,
     Background,
     LiveHub,
     make_settings,
-    wait_for,
 )
+from tests.waiting import wait_until
 
 
 def share_settings(tmp_path: Path, share: int) -> ApprovalSettings:
@@ -54,7 +55,11 @@ def test_a_cloister_past_its_share_is_refused_at_once_and_others_are_not(
     app = create_app(share_settings(tmp_path, 2))
     with TestClient(app, base_url=UI, headers=HUMAN_HEADERS) as client:
         held = [Background(partial(ask_domain, client, "busy", f"h{n}.test")) for n in range(2)]
-        wait_for(lambda: len(client.get("/api/v1/pending").json()["domains"]) == 2)
+        wait_until(
+            lambda: len(client.get("/api/v1/pending").json()["domains"]) == 2,
+            TIMEOUT,
+            "two held domains",
+        )
 
         refused = ask_domain(client, "busy", "h3.test")
         assert refused.status_code == 429
@@ -80,11 +85,13 @@ def test_a_cloister_past_its_share_is_refused_at_once_and_others_are_not(
 
         # Another cloister is not affected.
         other = Background(lambda: ask_domain(client, "quiet", "q.test"))
-        wait_for(
+        wait_until(
             lambda: any(
                 item["cloister"] == "quiet"
                 for item in client.get("/api/v1/pending").json()["domains"]
-            )
+            ),
+            TIMEOUT,
+            "the other cloister's held domain",
         )
         pending = client.get("/api/v1/pending").json()["domains"]
         assert sorted(item["host"] for item in pending) == ["h0.test", "h1.test", "q.test"]
@@ -181,9 +188,17 @@ def test_a_caller_hanging_up_on_a_real_server_withdraws_its_item(tmp_path: Path)
         with hub.human() as human:
             with socket.create_connection(("127.0.0.1", hub.port), timeout=10) as caller:
                 caller.sendall(head + body)
-                (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["domains"])
+                (item,) = wait_until(
+                    lambda: human.get("/api/v1/pending").json()["domains"],
+                    TIMEOUT,
+                    "the held domain",
+                )
                 assert item["host"] == "hangup.test"
-            wait_for(lambda: human.get("/api/v1/pending").json()["domains"] == [])
+            wait_until(
+                lambda: human.get("/api/v1/pending").json()["domains"] == [],
+                TIMEOUT,
+                "the withdrawn domain to go",
+            )
             stale = human.post(
                 f"/api/v1/domains/{item['id']}/decision", json={"action": "allow", "scope": "once"}
             )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from cloister_cli.images import APPROVAL_IMAGE, assemble_context, build_image
 from cloister_cli.workspace import find_workspace
+from tests.waiting import free_port
 
 pytestmark = pytest.mark.docker
 TAG = "cloister-approval:test"
@@ -33,13 +33,6 @@ def approval_image(
     )
     build_image(docker_client, context, TAG)
     return TAG
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def test_hub_container(

@@ -20,11 +20,12 @@ from cloister_core.tokens import TokenRecord, remove_token_file, write_token_fil
 from tests.approval.conftest import (
     HUMAN_HEADERS,
     SERVICE_HEADERS,
+    TIMEOUT,
     UI,
     Background,
     make_settings,
-    wait_for,
 )
+from tests.waiting import wait_until
 
 
 def add_token(settings: ApprovalSettings, cloister: str, project: str = "api") -> TokenRecord:
@@ -56,7 +57,11 @@ def session_rules(client: TestClient) -> list[str]:
 
 def allow_for_the_session(client: TestClient, cloister: str, host: str) -> None:
     waiting = hold(client, "domains", cloister, host)
-    (item,) = wait_for(lambda: [i for i in pending(client)["domains"] if i["host"] == host])
+    (item,) = wait_until(
+        lambda: [i for i in pending(client)["domains"] if i["host"] == host],
+        TIMEOUT,
+        f"the held domain {host}",
+    )
     client.post(
         f"/api/v1/domains/{item['id']}/decision", json={"action": "allow", "scope": "session"}
     ).raise_for_status()
@@ -88,7 +93,11 @@ def test_a_token_that_goes_drops_its_items_and_session_rules(
     domain = hold(client, "domains", "api", "held.example.com")
     command = hold(client, "commands", "api", "make")
     survivor = hold(client, "domains", "api-other", "held.example.com")
-    wait_for(lambda: len(pending(client)["domains"]) == 2 and pending(client)["commands"])
+    wait_until(
+        lambda: len(pending(client)["domains"]) == 2 and pending(client)["commands"],
+        TIMEOUT,
+        "two held domains and a command",
+    )
     dropped_id = next(i["id"] for i in pending(client)["domains"] if i["cloister"] == "api")
 
     remove_token_file(settings.paths.tokens_dir, "api")  # what `cloister stop` does
@@ -133,7 +142,7 @@ def test_the_hub_notices_a_stopped_cloister_without_being_asked(tmp_path: Path) 
     hub: ApprovalHub = app.state.hub
     with TestClient(app, base_url=UI, headers=HUMAN_HEADERS) as client:
         waiting = hold(client, "domains", "api", "quiet.example.com")
-        wait_for(lambda: hub.pending_count() == 1)
+        wait_until(lambda: hub.pending_count() == 1, TIMEOUT, "the held domain")
         remove_token_file(settings.paths.tokens_dir, "api")
         assert waiting.join().json()["action"] == "deny"  # no request asked the hub
         assert hub.pending_count() == 0
@@ -142,7 +151,7 @@ def test_the_hub_notices_a_stopped_cloister_without_being_asked(tmp_path: Path) 
 def test_requests_of_cloisters_without_a_token_file_are_held(client: TestClient) -> None:
     # The service caller vouches for the cloister; the hub only forgets the ones that go.
     waiting = hold(client, "domains", "unknown", "x.example.com")
-    (item,) = wait_for(lambda: pending(client)["domains"])
+    (item,) = wait_until(lambda: pending(client)["domains"], TIMEOUT, "the held domain")
     client.post(f"/api/v1/domains/{item['id']}/decision", json={"action": "deny", "scope": "once"})
     assert waiting.join().json()["action"] == "deny"
 

@@ -22,7 +22,6 @@ import pwd
 import re
 import secrets
 import shutil
-import socket
 import stat
 import struct
 import subprocess
@@ -32,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn
 
 import docker
 import docker.errors
@@ -41,6 +40,7 @@ from ruamel.yaml import YAML
 
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
+from tests.waiting import free_port, wait_until
 
 CLI_TIMEOUT = 120.0  # a start may build the slim image on a cold machine
 GUARDIAN_TIMEOUT = 900.0  # the first guardian start may build the service images
@@ -89,8 +89,6 @@ PROXY_VARIABLES = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY
 GRANTS_DIR = Path("/run/cloister-tests")
 SESSION_WAIT = 300.0  # how long host_user waits for another session's lock
 
-T = TypeVar("T")
-
 
 def cloister_executable() -> Path:
     """The ``cloister`` console script of the environment running the tests."""
@@ -137,20 +135,6 @@ def setpriv_executable() -> str:
 def squash(text: str) -> str:
     """Whitespace runs as one space: rich wraps long lines at the terminal width."""
     return re.sub(r"\s+", " ", text)
-
-
-def wait_until(
-    probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1
-) -> T:
-    """The first truthy answer of *probe* within *timeout* seconds, else AssertionError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = probe()
-        if answer:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 # --- the CLI ----------------------------------------------------------------------------
@@ -974,14 +958,6 @@ def remove_instance_networks(instance: stack.Instance) -> None:
     found = _labelled(instance.label_filter, kind="network")
     if found:
         run_command([docker_executable(), "network", "rm", *found], timeout=60)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 just now (for ``guardian: {ui_port: ...}``)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def with_free_ui_port(config: str) -> str:

@@ -1,8 +1,9 @@
 """A Docker engine API on a Unix socket, serving the few calls listing makes.
 
-``GET /containers/json`` answers the containers whose labels match the ``label``
-filter, ``GET /containers/{id}/json`` their inspect document; every request is
-recorded. Enough for :mod:`cloister_cli.listing` and what uses it, with no engine.
+``GET /containers/json`` answers the containers of a :class:`tests.fake_engine.FakeEngine`
+that ``all`` and the ``label`` filter select, ``GET /containers/{id}/json`` their inspect
+document; every request is recorded. Enough for :mod:`cloister_cli.listing` and what
+uses it, with no engine.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ import os
 import socketserver
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import docker.errors
+
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
+from tests.fake_engine import FakeContainer, FakeEngine, inspect_document
 
 # The instance of the tests' fake engines unless one is given.
 INSTANCE = stack.Instance("0123abcd", os.getuid(), Path("/data"))
@@ -43,30 +46,43 @@ def cloister_attrs(
     created: str = "2025-01-02T03:04:05.123456789Z",
 ) -> dict[str, Any]:
     """An inspect document of cloister *name*, as the engine writes it."""
-    return {
-        "Id": f"id-{name}",
-        "Name": f"/{instance.cloister(name)}",
-        "Created": created,
-        "State": {"Status": status, "Running": status == "running"},
-        "Config": {
-            "Image": image,
-            "Labels": {
-                **instance.labels,
-                stack.LABEL_CLOISTER: name,
-                stack.LABEL_PROJECT: project or name,
-                stack.LABEL_PATH: path,
-                stack.LABEL_BRANCH: branch,
-            },
-        },
+    labels = {
+        **instance.labels,
+        stack.LABEL_CLOISTER: name,
+        stack.LABEL_PROJECT: project or name,
+        stack.LABEL_PATH: path,
+        stack.LABEL_BRANCH: branch,
     }
+    return inspect_document(
+        instance.cloister(name),
+        labels,
+        status=status,
+        image=image,
+        created=created,
+        id=f"id-{name}",
+    )
 
 
-@dataclass
 class FakeEngineApi:
-    containers: list[dict[str, Any]] = field(default_factory=list)
-    vanished: set[str] = field(default_factory=set)  # listed, then 404 when inspected
-    requests: list[str] = field(default_factory=list)
-    status: int = 200  # answered to every request when not 200
+    """The engine's HTTP API in front of a :class:`FakeEngine` holding *containers*."""
+
+    def __init__(self, containers: list[dict[str, Any]] | None = None) -> None:
+        self.engine = FakeEngine()
+        self.containers = containers or []
+        self.vanished: set[str] = set()  # listed, then 404 when inspected
+        self.requests: list[str] = []
+        self.status = 200  # answered to every request when not 200
+
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        """The inspect documents of the engine's containers."""
+        return [container.attrs for container in self.engine.containers.by_name.values()]
+
+    @containers.setter
+    def containers(self, documents: list[dict[str, Any]]) -> None:
+        self.engine.containers.by_name.clear()
+        for attrs in documents:
+            self.engine.add(FakeContainer(attrs))
 
     def answer(self, target: str) -> tuple[int, Any]:
         self.requests.append(target)
@@ -75,22 +91,17 @@ class FakeEngineApi:
         url = urlsplit(target)
         if url.path == "/containers/json":
             query = parse_qs(url.query)
-            wanted = json.loads(query.get("filters", ["{}"])[0]).get("label", [])
-            return 200, [
-                {"Id": attrs["Id"]}
-                for attrs in self.containers
-                if all(self._has(attrs, label) for label in wanted)
-            ]
-        for attrs in self.containers:
-            if url.path == f"/containers/{attrs['Id']}/json" and attrs["Id"] not in self.vanished:
-                return 200, attrs
+            filters = json.loads(query.get("filters", ["{}"])[0])
+            listed = self.engine.containers.list(
+                all=query.get("all") == ["1"],
+                filters={"label": filters.get("label", [])},  # the only one answered; others pass
+            )
+            return 200, [{"Id": container.id} for container in listed]
+        inspected = url.path.removeprefix("/containers/").removesuffix("/json")
+        if url.path == f"/containers/{inspected}/json" and inspected not in self.vanished:
+            with contextlib.suppress(docker.errors.NotFound):
+                return 200, self.engine.containers.get(inspected).attrs
         return 404, {"message": "No such container"}
-
-    @staticmethod
-    def _has(attrs: dict[str, Any], label: str) -> bool:
-        key, _, value = label.partition("=")
-        labels = attrs["Config"]["Labels"]
-        return key in labels and (not value or labels[key] == value)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

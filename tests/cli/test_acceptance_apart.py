@@ -1,9 +1,8 @@
 """Issue 19 acceptance: cloisters apart, and guardians side by side, on a real engine.
 
 Each cloister is alone on a network of its own with its guardian's proxy, hostexec
-gateway and credential gateway: from inside cloister A, cloister B is neither reachable
-(TCP by its name, its container's name or its address; UDP unicast and broadcast) nor
-even a name, while both still reach the three services. And two guardians (two data
+gateway and credential gateway (that cloister B is out of A's reach is attacked in
+tests/e2e/test_unreachable.py): a guardian restart reconnects the services. Two guardians (two data
 directories: two instances, one root's and one another user's) run on one engine
 without touching each other: each one's cloister keeps working while the other starts
 and stops.
@@ -11,7 +10,6 @@ and stops.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,49 +24,20 @@ from tests.cli.cli_support import (
     HostUser,
     connect_status,
     container,
-    docker_executable,
     exec_in,
-    exec_ok,
-    free_port,
     guardian,
     host_user,
-    inspect,
     make_repo,
-    run_command,
     squash,
     unique,
-    wait_until,
 )
 from tests.cli.test_acceptance import CONFIG, Cloisters
+from tests.waiting import free_port
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
-
-TCP_PORT = 8000
-UDP_PORT = 8001
-UDP_LOG = "/tmp/udp.log"
-# B's listeners: a TCP server that greets, and a UDP socket that logs each datagram.
-LISTENERS = f"""
-use IO::Socket::INET;
-if (fork() == 0) {{
-    my $udp = IO::Socket::INET->new(LocalPort => {UDP_PORT}, Proto => "udp") or die $!;
-    while (1) {{
-        $udp->recv(my $data, 512);
-        open(my $log, ">>", "{UDP_LOG}"); print $log "$data\\n"; close($log);
-    }}
-}}
-my $tcp = IO::Socket::INET->new(LocalPort => {TCP_PORT}, Listen => 5, ReuseAddr => 1) or die $!;
-while (my $peer = $tcp->accept()) {{ print $peer "hello from b\\n"; close($peer); }}
-"""
-# Sends one datagram to ARGV[0] (broadcast allowed); exits 0 when the kernel took it.
-SEND_UDP = f"""
-use IO::Socket::INET; use Socket;
-my $s = IO::Socket::INET->new(Proto => "udp", Broadcast => 1) or die $!;
-my $to = sockaddr_in({UDP_PORT}, inet_aton($ARGV[0]));
-defined($s->send($ARGV[1], 0, $to)) or die "send: $!";
-"""
 
 
 @pytest.fixture(scope="module")
@@ -97,18 +66,9 @@ def start(cloisters: Cloisters, tmp_path: Path, prefix: str) -> str:
     return name
 
 
-def address_of(cli: CloisterCli, name: str) -> str:
-    address: str = inspect(name)["NetworkSettings"]["Networks"][cli.container(name)]["IPAddress"]
-    return address
-
-
 def tcp(name: str, host: str, port: int) -> int:
     """The exit status of a TCP connect from inside cloister *name* (0: it connected)."""
     return exec_in(name, f"timeout 4 bash -c 'exec 3<>/dev/tcp/{host}/{port}'").returncode
-
-
-def send_udp(name: str, host: str, text: str) -> None:
-    exec_in(name, f"perl -e '{SEND_UDP}' {host} {text}")
 
 
 def reaches_the_services(name: str) -> None:
@@ -116,53 +76,6 @@ def reaches_the_services(name: str) -> None:
     assert connect_status(name) == CONNECT_ACCEPTED
     assert tcp(name, stack.HOSTEXEC_ALIAS, stack.HOSTEXEC_PORT) == 0
     assert tcp(name, stack.CREDENTIALS_ALIAS, stack.CREDENTIALS_PORT) == 0
-
-
-def test_cloisters_neither_reach_nor_resolve_each_other(
-    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
-) -> None:
-    a = start(cloisters, tmp_path, "apart-a")
-    b = start(cloisters, tmp_path, "apart-b")
-    served = run_command(
-        [docker_executable(), "exec", "-d", container(b), "perl", "-e", LISTENERS], timeout=30
-    )
-    assert served.returncode == 0, served.describe()
-    # The listeners work: B reaches its own, by TCP and by UDP.
-    wait_until(lambda: tcp(b, "127.0.0.1", TCP_PORT) == 0, 30, "B's TCP listener")
-    send_udp(b, "127.0.0.1", "from-b-itself")
-    wait_until(
-        lambda: "from-b-itself" in exec_in(b, f"cat {UDP_LOG}").stdout, 10, "B's UDP listener"
-    )
-
-    # Each on a network of its own, on subnets of the pool that do not overlap.
-    b_address = address_of(cli, b)
-    a_network = ipaddress.ip_network(f"{address_of(cli, a)}/27", strict=False)
-    assert ipaddress.ip_address(b_address) not in a_network
-    assert set(inspect(a)["NetworkSettings"]["Networks"]) == {cli.container(a)}
-
-    # From A: B is no name...
-    for host in (b, cli.container(b)):
-        looked_up = exec_in(a, f"getent hosts {host}")
-        assert looked_up.returncode != 0, looked_up.describe()
-    # ...and nothing reaches it by TCP, by its name, its container's name or its address.
-    for host in (b, cli.container(b), b_address):
-        assert tcp(a, host, TCP_PORT) != 0, host
-    # Nor by UDP: unicast, the limited broadcast, and A's own network's broadcast.
-    for host in (b_address, "255.255.255.255", str(a_network.broadcast_address)):
-        send_udp(a, host, "from-a")
-    send_udp(b, "127.0.0.1", "after-a")  # a datagram of A's would have arrived before
-    wait_until(lambda: "after-a" in exec_in(b, f"cat {UDP_LOG}").stdout, 10, "B's own datagram")
-    assert "from-a" not in exec_ok(b, f"cat {UDP_LOG}").stdout
-
-    # Both still reach the proxy, the hostexec gateway and the credential gateway.
-    reaches_the_services(a)
-    reaches_the_services(b)
-
-    # Stopping one removes its network; the other keeps working.
-    cli.ok("stop", b)
-    gone = run_command([docker_executable(), "network", "inspect", cli.container(b)], timeout=30)
-    assert gone.returncode != 0, gone.describe()
-    reaches_the_services(a)
 
 
 def test_a_guardian_restart_reconnects_the_services(

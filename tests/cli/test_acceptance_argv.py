@@ -40,14 +40,13 @@ from tests.cli.cli_support import (
     SLIM_IMAGE,
     CloisterCli,
     HostUser,
-    free_port,
     guardian,
     host_user,
     make_repo,
     squash,
     unique,
-    wait_until,
 )
+from tests.waiting import free_port, wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail

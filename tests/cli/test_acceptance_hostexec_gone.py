@@ -23,8 +23,13 @@ import docker
 import httpx
 import pytest
 
-from tests.cli.cli_support import SLIM_IMAGE, CloisterCli, free_port, guardian, wait_until
+from tests.cli.cli_support import (
+    SLIM_IMAGE,
+    CloisterCli,
+    guardian,
+)
 from tests.cli.test_acceptance import Cloisters, new_repo
+from tests.waiting import free_port, wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail

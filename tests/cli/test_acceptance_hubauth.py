@@ -35,8 +35,13 @@ import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
 from tests.approval.browser_support import launch_chromium
-from tests.cli.cli_support import SLIM_IMAGE, CloisterCli, free_port, guardian, wait_until
+from tests.cli.cli_support import (
+    SLIM_IMAGE,
+    CloisterCli,
+    guardian,
+)
 from tests.cli.test_acceptance import Cloisters, new_repo
+from tests.waiting import free_port, wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail

@@ -27,7 +27,6 @@ from tests.cli.cli_support import (
     HostUser,
     docker_executable,
     exec_ok,
-    free_port,
     git,
     guardian,
     host_user,
@@ -38,6 +37,7 @@ from tests.cli.cli_support import (
     squash,
     unique,
 )
+from tests.waiting import free_port
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail

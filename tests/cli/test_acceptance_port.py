@@ -31,9 +31,9 @@ from tests.cli.cli_support import (
     guardian,
     network_gateway,
     run_command,
-    wait_until,
 )
 from tests.cli.test_acceptance import Cloisters, new_repo
+from tests.waiting import free_port, wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail
@@ -101,14 +101,6 @@ def host_listener() -> Iterator[HostListener]:
         yield server
     finally:
         server.close()
-
-
-def free_port() -> int:
-    """A port nothing on the host's loopback listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def serve(name: str) -> None:

@@ -675,6 +675,10 @@ def _networks(log: list[str]) -> Any:
         def remove_unused(client: object, instance: object, name: str) -> None:
             log.append(f"remove {name}")
 
+        @staticmethod
+        def endpoint_config(client: object, network: str) -> dict[str, object]:
+            return {network: {"IPAMConfig": {"IPv4Address": "10.213.0.30"}}}
+
     return Networks
 
 

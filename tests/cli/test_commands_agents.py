@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import stat
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import pytest
 from click.testing import CliRunner, Result
 
@@ -20,6 +18,7 @@ from cloister_core.credentials import load
 from cloister_core.paths import CloisterPaths
 from tests.cli.agents.hosthome import make_host_home
 from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 
 
 @pytest.fixture
@@ -152,45 +151,16 @@ def test_setup_usage_errors(env: dict[str, str], args: tuple[str, ...], message:
 CONTAINER = INSTANCE.cloister("api")
 
 
-@dataclass
-class FakeContainer:
-    labels: dict[str, str]
-    name: str
-    status: str = "running"
-    attrs: dict[str, Any] = field(default_factory=lambda: {"Config": {"Image": "x"}})
-
-
-@dataclass
-class FakeContainers:
-    known: dict[str, FakeContainer] = field(default_factory=dict)
-
-    def get(self, name: str) -> FakeContainer:
-        try:
-            return self.known[name]
-        except KeyError:
-            raise docker.errors.NotFound(name) from None
-
-    def list(self, **filters: Any) -> list[FakeContainer]:
-        return list(self.known.values())
-
-
-@dataclass
-class FakeEngine:
-    containers: FakeContainers = field(default_factory=FakeContainers)
-
-
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeEngine:
     fake = FakeEngine()
-    fake.containers.known[CONTAINER] = FakeContainer(
-        {
-            **INSTANCE.labels,
-            "org.cloister.cloister": "api",
-            "org.cloister.path": str(tmp_path / "api"),
-            "org.cloister.project": "api",
-        },
-        CONTAINER,
-    )
+    labels = {
+        **INSTANCE.labels,
+        "org.cloister.cloister": "api",
+        "org.cloister.path": str(tmp_path / "api"),
+        "org.cloister.project": "api",
+    }
+    fake.add_container(CONTAINER, labels, image="x")
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
     monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
     return fake
@@ -248,7 +218,7 @@ def test_exec_without_a_name_uses_the_directory(
 def test_exec_refuses_a_cloister_that_is_not_running(
     env: dict[str, str], engine: FakeEngine, ran: list[list[str]], status: str, message: str
 ) -> None:
-    engine.containers.known[CONTAINER].status = status
+    engine.containers.by_name[CONTAINER].status = status
     result = run(env, "exec", "api", "--", "true")
     assert result.exit_code == 1
     assert message in result.output
@@ -280,7 +250,7 @@ def test_exec_errors(
 def test_project_remove_keeps_the_agent_state_unless_volumes(
     env: dict[str, str], paths: CloisterPaths, engine: FakeEngine
 ) -> None:
-    engine.containers.known.clear()
+    engine.containers.by_name.clear()
     config = paths.project_config("web")
     config.parent.mkdir(parents=True)
     config.write_text("root: /x\n")

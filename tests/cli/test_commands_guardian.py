@@ -21,7 +21,8 @@ from cloister_cli import hub_client
 from cloister_cli.main import cli
 from cloister_core.hubauth import verify_ticket
 from cloister_core.paths import CloisterPaths
-from tests.approval.conftest import HUB_SECRET, SERVICE_HEADERS, Background, LiveHub, wait_for
+from tests.approval.conftest import HUB_SECRET, SERVICE_HEADERS, TIMEOUT, Background, LiveHub
+from tests.waiting import wait_until
 
 NOT_STARTED = f"Error: {hub_client.NOT_STARTED}\n"
 
@@ -179,7 +180,9 @@ def test_approvals_list_shows_all_of_a_command_in_local_time(
     started(paths)
     try:
         with live_hub.human() as human:
-            (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+            (item,) = wait_until(
+                lambda: human.get("/api/v1/pending").json()["commands"], TIMEOUT, "the held command"
+            )
             listed = run({**env, "COLUMNS": "100"}, "approvals", "list", "--hub", live_hub.url)
             assert listed.exit_code == 0, listed.output
             # Folded over several lines, never cut short: every argument is there in full.
@@ -206,7 +209,9 @@ def test_approvals_show_what_an_agent_would_hide(
     started(paths)
     try:
         with live_hub.human() as human:
-            (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+            (item,) = wait_until(
+                lambda: human.get("/api/v1/pending").json()["commands"], TIMEOUT, "the held command"
+            )
             listed = run({**env, "COLUMNS": "250"}, "approvals", "list", "--hub", live_hub.url)
             assert "\x1b" not in listed.output
             assert "\\x1b[8m;" in listed.output

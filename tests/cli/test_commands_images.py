@@ -1,7 +1,7 @@
 """``cloister images build | list | prune``: their options offline, and the real thing.
 
 Offline, the group runs with a Context whose engine is the fake of
-``test_projectimages.py``; the docker-marked test drives the installed ``cloister``
+``tests/fake_engine.py``; the docker-marked test drives the installed ``cloister``
 command on a project whose Dockerfiles download nothing.
 """
 
@@ -21,9 +21,9 @@ from cloister_cli.lifecycle import Context
 from cloister_cli.projectimages import PROJECT_LABEL
 from cloister_core.paths import CloisterPaths
 from tests.cli.cli_support import BASE_IMAGE, CloisterCli, unique
-from tests.cli.test_projectimages import FakeEngine, FakeImage
 from tests.cli.test_projectimages_docker import remove_project_images, write_project
 from tests.conftest import SkipOrFail
+from tests.fake_engine import FakeEngine
 
 
 def invoke(tmp_path: Path, engine: FakeEngine, *args: str, stdin: str | None = None) -> Result:
@@ -48,21 +48,20 @@ def test_list_and_prune_with_nothing(tmp_path: Path) -> None:
 
 def test_prune_asks_first(tmp_path: Path) -> None:
     engine = FakeEngine()
-    orphan = FakeImage(
-        "sha256:0123456789abcdef",
-        {PROJECT_LABEL: "gone", "org.cloister.image-key": "k" * 64},
-        ["cloister-project-gone:kkkkkkkkkkkk"],
-        {"Created": "2025-01-01T00:00:00Z", "Size": 5_000_000},
+    engine.add_image(
+        "cloister-project-gone:kkkkkkkkkkkk",
+        id="sha256:0123456789abcdef",
+        labels={PROJECT_LABEL: "gone", "org.cloister.image-key": "k" * 64},
+        attrs={"Created": "2025-01-01T00:00:00Z", "Size": 5_000_000},
     )
-    engine.images_by_name[orphan.tags[0]] = orphan
     refused = invoke(tmp_path, engine, "prune", stdin="n\n")
     assert refused.exit_code == 1  # aborted
     assert "cloister-project-gone:kkkkkkkkkkkk" in refused.output
     assert "project 'gone' was removed" in refused.output
-    assert engine.removed == []
+    assert engine.called("images.remove") == []
     done = invoke(tmp_path, engine, "prune", "-y", "--json")
     assert done.exit_code == 0, done.output
-    assert engine.removed == ["cloister-project-gone:kkkkkkkkkkkk"]
+    assert engine.log == ["rmi cloister-project-gone:kkkkkkkkkkkk"]
     document = json.loads(done.output[done.output.index("[") :])
     assert [(item["tag"], item["removed"]) for item in document] == [
         ("cloister-project-gone:kkkkkkkkkkkk", True)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -22,44 +21,19 @@ from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
 from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 from tests.git_support import hermetic_git, make_repo, run_git
 
 
-@dataclass
-class FakeContainer:
-    labels: dict[str, str]
-    status: str = "running"
-    attrs: dict[str, Any] = field(
-        default_factory=lambda: {"Config": {"Image": "cloister:latest"}, "Created": ""}
-    )
-
-
-@dataclass
-class FakeContainers:
-    running: list[FakeContainer] = field(default_factory=list)
-
-    def list(self, **filters: Any) -> list[FakeContainer]:
-        assert filters == {
-            "all": True,
-            "filters": {"label": ["org.cloister.cloister", INSTANCE.label_filter]},
-        }
-        return self.running
-
-
-@dataclass
-class FakeEngine:
-    containers: FakeContainers = field(default_factory=FakeContainers)
-
-
-def cloister_of(project: str, path: Path, name: str | None = None) -> FakeContainer:
-    return FakeContainer(
-        labels={
-            "org.cloister.cloister": name or project,
-            "org.cloister.project": project,
-            "org.cloister.path": str(path),
-            "org.cloister.branch": "",
-        }
-    )
+def add_cloister(engine: FakeEngine, project: str, path: Path, name: str | None = None) -> None:
+    labels = {
+        **INSTANCE.labels,
+        "org.cloister.cloister": name or project,
+        "org.cloister.project": project,
+        "org.cloister.path": str(path),
+        "org.cloister.branch": "",
+    }
+    engine.add_container(INSTANCE.cloister(name or project), labels)
 
 
 @pytest.fixture(autouse=True)
@@ -68,11 +42,17 @@ def _hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEngine]:
     fake = FakeEngine()
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
     monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
-    return fake
+    yield fake
+    # Whatever the command, it asked for this instance's cloisters, stopped ones too.
+    for listing in fake.called("containers.list"):
+        assert listing == {
+            "all": True,
+            "filters": {"label": ["org.cloister.cloister", INSTANCE.label_filter]},
+        }
 
 
 @pytest.fixture
@@ -207,11 +187,9 @@ def test_project_remove_refuses_while_its_cloisters_exist(
     env: dict[str, str], paths: CloisterPaths, engine: FakeEngine, tmp_path: Path
 ) -> None:
     config = write(paths.project_config("api"), "root: /x\n")
-    engine.containers.running = [
-        cloister_of("api", tmp_path / "api"),
-        cloister_of("web", tmp_path / "web"),
-        cloister_of("api", tmp_path / "wt", name="api-feature"),
-    ]
+    add_cloister(engine, "api", tmp_path / "api")
+    add_cloister(engine, "web", tmp_path / "web")
+    add_cloister(engine, "api", tmp_path / "wt", name="api-feature")
     result = run(env, "project", "remove", "api")
     assert_clean_error(result, "stop its cloisters first: api, api-feature")
     assert config.exists()
@@ -422,7 +400,7 @@ def test_worktree_remove_refuses_while_its_cloister_runs(
     env: dict[str, str], worktree: tuple[Path, Path], engine: FakeEngine
 ) -> None:
     _, directory = worktree
-    engine.containers.running = [cloister_of("api", directory, name="api-feature-login")]
+    add_cloister(engine, "api", directory, name="api-feature-login")
     result = run(env, "worktree", "remove", "api", "feature/login")
     assert_clean_error(result, "stop its cloister first: cloister stop api-feature-login")
     assert directory.exists()

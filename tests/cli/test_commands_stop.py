@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import docker.errors
 import pytest
 from click.testing import CliRunner, Result
 
@@ -22,52 +20,8 @@ from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import read_session
 from cloister_executor.gitsync import SyncError, SyncOutcome
 from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 from tests.git_support import hermetic_git, make_repo, run_git
-
-
-@dataclass
-class FakeContainer:
-    name: str
-    labels: dict[str, str]
-    engine: FakeEngine
-    status: str = "running"
-
-    def remove(self, force: bool = False) -> None:
-        assert force
-        del self.engine.items[self.name]
-
-
-def _matches(labels: dict[str, str], wanted: list[tuple[str, str, str]]) -> bool:
-    return all(key in labels and value in ("", labels[key]) for key, _, value in wanted)
-
-
-@dataclass
-class FakeEngine:
-    items: dict[str, FakeContainer] = field(default_factory=dict)
-
-    @property
-    def containers(self) -> FakeEngine:
-        return self
-
-    def get(self, name: str) -> FakeContainer:
-        if name not in self.items:
-            raise docker.errors.NotFound(f"no container {name}")
-        return self.items[name]
-
-    def list(self, all: bool = False, filters: dict[str, list[str]] | None = None) -> list[Any]:
-        wanted = [label.partition("=") for label in (filters or {}).get("label", [])]
-        return [item for item in self.items.values() if _matches(item.labels, wanted)]
-
-    @property
-    def networks(self) -> FakeNetworks:
-        return FakeNetworks()
-
-
-class FakeNetworks:
-    """No cloister's network is left to remove."""
-
-    def list(self, **kwargs: Any) -> list[Any]:
-        return []
 
 
 @dataclass
@@ -126,7 +80,7 @@ def engine(
     workspace = Workspace(Project("api", repo, git=True), repo)
     sessions.prepare(paths, workspace, "api", home=tmp_path / "home", protect=(".envrc",))
     labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: "api", stack.LABEL_PATH: str(repo)}
-    fake.items[INSTANCE.cloister("api")] = FakeContainer(INSTANCE.cloister("api"), labels, fake)
+    fake.add_container(INSTANCE.cloister("api"), labels)
     paths.token_file("api").parent.mkdir(parents=True, exist_ok=True)
     paths.token_file("api").write_text("{}", encoding="utf-8")
     return fake
@@ -151,7 +105,7 @@ def test_stop_syncs_moves_what_the_agent_made_and_releases(
     assert f"refs/cloister/api/main is now {'a' * 12}\n" in result.stderr
     assert "moved a repository the agent made in the project: " in result.stderr
     assert "tools/made" in result.stderr
-    assert engine.items == {}
+    assert engine.containers.by_name == {}
     assert not paths.token_file("api").exists()
     assert not paths.cloister_git_dir("api").exists()  # its commits are back
     assert not paths.git_pointer("api").exists()

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 import pytest
 from click.testing import CliRunner, Result
 
@@ -23,34 +22,13 @@ from cloister_core.owngit import Head
 from cloister_core.paths import CloisterPaths
 from cloister_executor.gitsync import SyncError, SyncOutcome
 from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 from tests.git_support import hermetic_git, make_repo
 
 
-@dataclass
-class FakeContainer:
-    name: str
-    status: str
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class FakeContainers:
-    items: dict[str, FakeContainer] = field(default_factory=dict)
-
-    def get(self, name: str) -> FakeContainer:
-        if name not in self.items:
-            raise docker.errors.NotFound(f"no container {name}")
-        return self.items[name]
-
-
-@dataclass
-class FakeEngine:
-    containers: FakeContainers = field(default_factory=FakeContainers)
-
-    def add(self, cloister: str, status: str) -> None:
-        name = INSTANCE.cloister(cloister)
-        labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: cloister}
-        self.containers.items[name] = FakeContainer(name, status, labels)
+def add_cloister(engine: FakeEngine, cloister: str, status: str) -> None:
+    labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: cloister}
+    engine.add_container(INSTANCE.cloister(cloister), labels, status=status)
 
 
 @dataclass
@@ -130,7 +108,7 @@ OUTCOME = SyncOutcome(
 def test_a_running_cloister_is_synced_and_keeps_its_git_directory(
     paths: CloisterPaths, engine: FakeEngine, syncer: FakeSyncer
 ) -> None:
-    engine.add("api", "running")
+    add_cloister(engine, "api", "running")
     syncer.outcome = OUTCOME
     result = invoke(paths, "api")
     assert result.exit_code == 0, result.output
@@ -162,7 +140,7 @@ def test_a_stopped_cloisters_git_directory_goes_once_synced(
 def test_an_exited_container_is_synced_as_stopped_and_keeps_its_git_directory(
     paths: CloisterPaths, started: Path, engine: FakeEngine, syncer: FakeSyncer
 ) -> None:
-    engine.add("api", "exited")
+    add_cloister(engine, "api", "exited")
     result = invoke(paths, "api", "--yes")
     assert result.exit_code == 0, result.output
     assert syncer.calls == [{"cloister": "api", "running": False, "assume_yes": True}]
@@ -181,7 +159,7 @@ def test_a_failed_sync_is_one_clean_error_and_keeps_the_git_directory(
 
 @pytest.mark.usefixtures("started")
 def test_json(paths: CloisterPaths, engine: FakeEngine, syncer: FakeSyncer) -> None:
-    engine.add("api", "running")
+    add_cloister(engine, "api", "running")
     syncer.outcome = OUTCOME
     result = invoke(paths, "api", "--json")
     assert result.exit_code == 0, result.output
@@ -205,7 +183,7 @@ def test_json(paths: CloisterPaths, engine: FakeEngine, syncer: FakeSyncer) -> N
 def test_the_cloister_of_this_directory(
     paths: CloisterPaths, repo: Path, engine: FakeEngine, syncer: FakeSyncer
 ) -> None:
-    engine.add("api", "running")
+    add_cloister(engine, "api", "running")
     (repo / "src").mkdir()
     result = invoke(paths, cwd=repo / "src")
     assert result.exit_code == 0, result.output

@@ -24,6 +24,7 @@ from cloister_cli.executor_process import ExecutorError
 from cloister_core.paths import CloisterPaths
 from cloister_executor.locations import secret_path, socket_path
 from cloister_executor.protocol import ExecutorState
+from tests.waiting import wait_until
 
 
 def alive(pid: int) -> bool:
@@ -33,15 +34,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return fields[0] != "Z"
-
-
-def wait_until_dead(pid: int, timeout: float = 5) -> bool:
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 @pytest.fixture
@@ -100,7 +92,7 @@ def test_start_is_idempotent_and_stop_ends_it(paths: CloisterPaths) -> None:
     assert f"listening on {state.socket}" in log.read_text(encoding="utf-8")
 
     assert executor_process.stop(paths) is True
-    assert wait_until_dead(state.pid)
+    wait_until(lambda: not alive(state.pid), 5, f"the executor {state.pid} to end")
     assert executor_process.running(paths) is None
     assert not state.socket.exists()
     assert executor_process.stop(paths) is False  # nothing left to stop
@@ -117,7 +109,7 @@ def test_start_replaces_a_stale_state_file(paths: CloisterPaths) -> None:
     state.socket.unlink()
     assert executor_process.running(paths) is None
     os.kill(state.pid, signal.SIGTERM)
-    assert wait_until_dead(state.pid)
+    wait_until(lambda: not alive(state.pid), 5, f"the executor {state.pid} to end")
 
 
 def test_a_dead_pid_is_not_running(paths: CloisterPaths) -> None:

@@ -5,12 +5,9 @@ tests/cli/test_acceptance_restore.py, on a real engine)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
 
-import docker.errors
 import pytest
 
 from cloister_cli import gc, projects, starting
@@ -22,69 +19,9 @@ from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import SessionRecord, write_session
 from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 from tests.git_support import hermetic_git, make_repo, run_git
 from tests.tree_support import deep_tree
-
-
-@dataclass
-class FakeContainer:
-    labels: dict[str, str]
-    status: str = "running"
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class FakeContainers:
-    running: dict[str, FakeContainer] = field(default_factory=dict)
-
-    def get(self, name: str) -> FakeContainer:
-        if name not in self.running:
-            raise docker.errors.NotFound(name)
-        return self.running[name]
-
-    def list(self, all: bool = False, filters: dict[str, list[str]] | None = None) -> list[Any]:
-        wanted = [label.partition("=") for label in (filters or {}).get("label", [])]
-        return [item for item in self.running.values() if _matches(item.labels, wanted)]
-
-
-def _matches(labels: dict[str, str], wanted: list[tuple[str, str, str]]) -> bool:
-    return all(key in labels and value in ("", labels[key]) for key, _, value in wanted)
-
-
-@dataclass
-class FakeNetwork:
-    name: str
-    attrs: dict[str, Any]
-    removed: list[str]
-
-    def reload(self) -> None:
-        pass
-
-    def remove(self) -> None:
-        self.removed.append(self.name)
-
-
-@dataclass
-class FakeNetworks:
-    """The instance's cloister networks, by name."""
-
-    present: dict[str, FakeNetwork] = field(default_factory=dict)
-    removed: list[str] = field(default_factory=list)
-
-    def add(self, cloister: str, created: datetime) -> None:
-        name = INSTANCE.cloister(cloister)
-        labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: cloister}
-        attrs = {"Labels": labels, "Created": created.isoformat().replace("+00:00", "Z")}
-        self.present[name] = FakeNetwork(name, attrs, self.removed)
-
-    def list(self, names: list[str] | None = None, **_: Any) -> list[FakeNetwork]:
-        return [net for name, net in self.present.items() if names is None or name in names]
-
-
-@dataclass
-class FakeEngine:
-    containers: FakeContainers = field(default_factory=FakeContainers)
-    networks: FakeNetworks = field(default_factory=FakeNetworks)
 
 
 def context_for(tmp_path: Path, engine: FakeEngine) -> Context:
@@ -94,24 +31,35 @@ def context_for(tmp_path: Path, engine: FakeEngine) -> Context:
     return context
 
 
-def running(name: str, path: Path) -> FakeContainer:
+def run_cloister(engine: FakeEngine, name: str, path: Path) -> None:
     labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: name, stack.LABEL_PATH: str(path)}
-    return FakeContainer(labels)
+    engine.add_container(INSTANCE.cloister(name), labels)
+
+
+def add_network(engine: FakeEngine, cloister: str, created: datetime) -> None:
+    """Cloister *cloister*'s network, made at *created*."""
+    labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: cloister}
+    engine.add_network(
+        INSTANCE.cloister(cloister),
+        labels=labels,
+        Created=created.isoformat().replace("+00:00", "Z"),
+    )
 
 
 def test_networks_whose_cloister_is_gone_are_removed_once_old(tmp_path: Path) -> None:
     engine = FakeEngine()
     context = context_for(tmp_path, engine)
-    engine.containers.running[INSTANCE.cloister("alive")] = running("alive", tmp_path)
+    run_cloister(engine, "alive", tmp_path)
     now = datetime.now(UTC)
-    engine.networks.add("alive", now - timedelta(hours=1))
-    engine.networks.add("gone", now - timedelta(hours=1))
-    engine.networks.add("starting", now)  # a start that has not run its container yet
+    add_network(engine, "alive", now - timedelta(hours=1))
+    add_network(engine, "gone", now - timedelta(hours=1))
+    add_network(engine, "starting", now)  # a start that has not run its container yet
     found = gc.survey(context)
     assert found.stale_networks == [INSTANCE.cloister("gone")]
     assert not found.empty
     assert gc.collect(context, found).networks == [INSTANCE.cloister("gone")]
-    assert engine.networks.removed == [INSTANCE.cloister("gone")]
+    removed = [line for line in engine.log if line.startswith("network rm ")]
+    assert removed == [f"network rm {INSTANCE.cloister('gone')}"]
 
 
 def test_dead_cloisters_have_a_token_or_an_unfinished_session_and_no_container(
@@ -135,7 +83,7 @@ def test_dead_cloisters_have_a_token_or_an_unfinished_session_and_no_container(
     markers.mkdir(parents=True)
     (markers / "dead-marker.json").write_text("{}", encoding="utf-8")
     (context.paths.data_dir / "accounts" / "dead-accounts").mkdir(parents=True)
-    engine.containers.running[INSTANCE.cloister("alive")] = running("alive", tmp_path)
+    run_cloister(engine, "alive", tmp_path)
     assert gc.dead_cloisters(context) == [
         "dead-accounts",
         "dead-marker",
@@ -156,7 +104,7 @@ def test_orphan_worktrees_are_those_their_repository_forgot(repo: Path, tmp_path
     base = context.paths.worktrees_dir / "repo"
     for branch in ("kept", "pruned", "busy"):
         run_git(repo, "worktree", "add", "-q", "-b", branch, str(base / branch))
-    engine.containers.running[INSTANCE.cloister("repo-busy")] = running("repo-busy", base / "busy")
+    run_cloister(engine, "repo-busy", base / "busy")
     (base / "loose").mkdir()  # no .git file at all
     run_git(repo, "worktree", "remove", "--force", str(base / "pruned"))
     (base / "pruned").mkdir()
@@ -242,7 +190,7 @@ def test_a_git_directory_its_stop_could_not_sync_makes_a_dead_cloister(tmp_path:
     (git_dirs / "alive.unsynced-20260101T000000").mkdir()  # kept aside by a later start
     (git_dirs / ".sync-unsynced-1").mkdir()  # a sync's scratch
     (git_dirs / ".unsynced.sync.lock").write_text("", encoding="utf-8")
-    engine.containers.running[INSTANCE.cloister("alive")] = running("alive", tmp_path)
+    run_cloister(engine, "alive", tmp_path)
     assert gc.dead_cloisters(context) == ["unsynced"]
 
 
@@ -273,9 +221,7 @@ def test_a_worktree_whose_repository_is_gone_is_an_orphan(
         (directory, "repo")
     ]
     assert gc.orphan_worktrees(context)[0].reason == f"its repository ({repo}) is gone"
-    engine.containers.running[INSTANCE.cloister("repo-feature")] = running(
-        "repo-feature", directory
-    )
+    run_cloister(engine, "repo-feature", directory)
     assert gc.orphan_worktrees(context) == []  # a cloister works in it
 
 
@@ -319,69 +265,27 @@ def test_an_interrupted_syncs_scratch_directory_goes_once_old(tmp_path: Path) ->
     assert fresh.is_dir()
 
 
-@dataclass
-class SyncContainer:
-    name: str
-    status: str
-    engine: SyncEngine
-    labels: dict[str, str] = field(
-        default_factory=lambda: {**INSTANCE.labels, stack.LABEL_SYNC: "api"}
-    )
-    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
-
-    @property
-    def attrs(self) -> dict[str, str]:
-        return {"Created": self.created.replace("+00:00", "Z")}
-
-    @property
-    def short_id(self) -> str:
-        return self.name[:10]
-
-    def remove(self, force: bool = False) -> None:
-        assert force
-        self.engine.containers.items.remove(self)
-
-
-@dataclass
-class SyncContainers:
-    items: list[SyncContainer] = field(default_factory=list)
-    filters: list[dict[str, str]] = field(default_factory=list)
-
-    def get(self, name: str) -> SyncContainer:
-        for item in self.items:
-            if item.name == name:
-                return item
-        raise docker.errors.NotFound(name)
-
-    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[SyncContainer]:
-        assert all
-        keys = (filters or {})["label"]
-        assert INSTANCE.label_filter in keys  # the instance's own, never another's
-        return [
-            item for item in self.items if _matches(item.labels, [k.partition("=") for k in keys])
-        ]
-
-
-@dataclass
-class SyncEngine:
-    containers: SyncContainers = field(default_factory=SyncContainers)
-    networks: FakeNetworks = field(default_factory=FakeNetworks)
-
-
 def test_sync_containers_a_killed_sync_left_are_removed(tmp_path: Path) -> None:
-    engine = SyncEngine()
-    context = context_for(tmp_path, cast("FakeEngine", engine))
-    long_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
-    engine.containers.items = [
-        SyncContainer("cloister-sync-api-1", "exited", engine),
-        SyncContainer("cloister-sync-web-2", "running", engine),  # a sync in progress
-        SyncContainer("cloister-sync-api-3", "running", engine, created=long_ago),  # abandoned
-    ]
+    engine = FakeEngine()
+    context = context_for(tmp_path, engine)
+    labels = {**INSTANCE.labels, stack.LABEL_SYNC: "api"}
+    now = datetime.now(UTC)
+    for name, status, created in (
+        ("cloister-sync-api-1", "exited", now),
+        ("cloister-sync-web-2", "running", now),  # a sync in progress
+        ("cloister-sync-api-3", "running", now - timedelta(hours=1)),  # abandoned
+    ):
+        engine.add_container(
+            name, labels, status=status, created=created.isoformat().replace("+00:00", "Z")
+        )
     found = gc.survey(context)
     assert found.syncs == ["cloister-sync-api-1", "cloister-sync-api-3"]
     assert not found.empty
     done = gc.collect(context, found)
     assert done.syncs == 2
-    assert [item.name for item in engine.containers.items] == ["cloister-sync-web-2"]
+    assert list(engine.containers.by_name) == ["cloister-sync-web-2"]
     # Gone meanwhile: no error, nothing counted.
     assert gc.collect(context, found).syncs == 0
+    for listing in engine.called("containers.list"):  # the instance's own, never another's
+        assert listing["all"]
+        assert INSTANCE.label_filter in listing["filters"]["label"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,6 +28,7 @@ from cloister_cli.guardian import (
 from cloister_core.config.models import GlobalConfig, GuardianConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.stack import LABEL_FORWARD, LABEL_FORWARD_PORT, LABEL_GUARDIAN, Instance
+from tests.fake_engine import FakeEngine
 
 SOURCE = Path(__file__).resolve().parents[2]
 SERVICES = {"proxy", "approval", "gateway", "credentials"}
@@ -291,56 +291,18 @@ def test_paths_with_unusual_characters_render_as_they_are(tmp_path: Path, direct
 # -- networks ----------------------------------------------------------------------------
 
 
-@dataclass
-class FakeNetwork:
-    name: str
-    attrs: dict[str, Any]
-
-
-@dataclass
-class FakeNetworks:
-    existing: list[FakeNetwork]
-    created: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    subnet: int = 28  # the next one made gets 172.<subnet>.0.0/16
-
-    def list(self) -> list[FakeNetwork]:
-        return self.existing
-
-    def get(self, name: str) -> FakeNetwork:
-        for network in self.existing:
-            if network.name == name:
-                return network
-        raise docker.errors.NotFound(f"network {name} not found")
-
-    def create(self, name: str, **options: Any) -> FakeNetwork:
-        self.created.append((name, options))
-        self.subnet += 1
-        attrs = {
-            "Driver": options["driver"],
-            "Internal": options["internal"],
-            "EnableIPv6": options["enable_ipv6"],
-            "Options": options.get("options") or {},
-            "Labels": options["labels"],
-            "IPAM": {
-                "Config": [
-                    {"Subnet": f"172.{self.subnet}.0.0/16", "Gateway": f"172.{self.subnet}.0.1"}
-                ]
-            },
-        }
-        made = FakeNetwork(name, attrs)
-        self.existing.append(made)
-        return made
-
-
-@dataclass
-class FakeClient:
-    networks: FakeNetworks
-
-
-def ensure(paths: CloisterPaths, *existing: FakeNetwork) -> tuple[FakeNetworks, list[str]]:
-    networks = FakeNetworks(list(existing))
-    never = guardian_for(paths, FakeClient(networks)).ensure_networks()
-    return networks, never
+def ensure(
+    paths: CloisterPaths, engine: FakeEngine | None = None
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The networks ``ensure_networks`` created (name, options) on *engine*, and what it
+    says never to dial."""
+    engine = engine or FakeEngine()
+    never = guardian_for(paths, engine.client).ensure_networks()
+    created = [
+        (call["name"], {key: value for key, value in call.items() if key != "name"})
+        for call in engine.called("networks.create")
+    ]
+    return created, never
 
 
 def test_missing_networks_are_created_and_their_subnets_never_dialled(
@@ -349,8 +311,8 @@ def test_missing_networks_are_created_and_their_subnets_never_dialled(
     instance = instance_of(paths)
     labels = {"org.cloister.guardian": "true", **instance.labels}
     common = {"driver": "bridge", "enable_ipv6": False, "check_duplicate": True, "labels": labels}
-    networks, never = ensure(paths)
-    assert networks.created == [
+    created, never = ensure(paths)
+    assert created == [
         (
             instance.ports_net,
             {
@@ -362,18 +324,18 @@ def test_missing_networks_are_created_and_their_subnets_never_dialled(
         (instance.egress_net, {**common, "internal": False}),
         (instance.control_net, {**common, "internal": False}),
     ]
-    # The cloisters' pool, then egress, control and ports.
-    assert never == ["10.213.0.0/16", "172.30.0.0/16", "172.31.0.0/16", "172.29.0.0/16"]
+    # The cloisters' pool, then egress, control and ports (the engine's subnets, in the
+    # order it made them: ports first).
+    assert never == ["10.213.0.0/16", "172.31.0.0/16", "172.32.0.0/16", "172.30.0.0/16"]
 
 
 def test_existing_networks_are_kept(paths: CloisterPaths) -> None:
     instance = instance_of(paths)
-    control = FakeNetwork(
-        instance.control_net,
-        {"Labels": instance.labels, "IPAM": {"Config": [{"Subnet": "172.20.0.0/16"}]}},
-    )
-    networks, never = ensure(paths, FakeNetwork("bridge", {}), control)
-    assert [name for name, _ in networks.created] == [instance.ports_net, instance.egress_net]
+    engine = FakeEngine()
+    engine.add_network("bridge", subnet="172.17.0.0/16")
+    engine.add_network(instance.control_net, subnet="172.20.0.0/16", labels=instance.labels)
+    created, never = ensure(paths, engine)
+    assert [name for name, _ in created] == [instance.ports_net, instance.egress_net]
     assert "172.20.0.0/16" in never
 
 
@@ -382,39 +344,20 @@ def test_a_network_of_the_instances_name_that_is_not_its_own_is_refused(
 ) -> None:
     instance = instance_of(paths)
     theirs = {"org.cloister.instance": "ffffffff", "org.cloister.owner": "0"}
-    networks = FakeNetworks([FakeNetwork(instance.egress_net, {"Labels": theirs})])
+    engine = FakeEngine()
+    engine.add_network(instance.egress_net, labels=theirs)
     with pytest.raises(GuardianError, match=rf"{instance.egress_net} is user root's"):
-        guardian_for(paths, FakeClient(networks)).ensure_networks()
+        guardian_for(paths, engine.client).ensure_networks()
 
 
-@dataclass
-class HubContainer:
-    name: str
-    labels: dict[str, str]
-    attrs: dict[str, Any]
-
-
-@dataclass
-class HubContainers:
-    running: list[HubContainer]
-
-    def get(self, name: str) -> HubContainer:
-        raise docker.errors.NotFound(name)
-
-    def list(self, filters: dict[str, str]) -> list[HubContainer]:
-        return [c for c in self.running if filters["label"] in c.labels]
-
-
-@dataclass
-class HubEngine:
-    containers: HubContainers
-
-
-def hub_on(port: int, labels: dict[str, str], name: str) -> HubContainer:
+def hub_on(port: int, labels: dict[str, str], name: str) -> FakeEngine:
+    """An engine where a guardian's hub, *name*, publishes *port*."""
+    engine = FakeEngine()
     published = {"9999/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
-    return HubContainer(
-        name, {LABEL_GUARDIAN: "true", **labels}, {"NetworkSettings": {"Ports": published}}
+    engine.add_container(
+        name, {LABEL_GUARDIAN: "true", **labels}, NetworkSettings={"Ports": published}
     )
+    return engine
 
 
 def test_another_guardians_hub_on_the_ui_port_is_named(paths: CloisterPaths) -> None:
@@ -424,24 +367,22 @@ def test_another_guardians_hub_on_the_ui_port_is_named(paths: CloisterPaths) -> 
         "org.cloister.owner": str(os.getuid()),
         "org.cloister.data-dir": "/elsewhere/data",
     }
-    engine = HubEngine(
-        HubContainers([hub_on(UI_PORT, theirs, "cloister-ffffffff-guardian-approval")])
-    )
+    engine = hub_on(UI_PORT, theirs, "cloister-ffffffff-guardian-approval")
     with pytest.raises(GuardianError) as caught:
-        guardian_for(paths, engine).check_hub_port()
+        guardian_for(paths, engine.client).check_hub_port()
     assert str(caught.value) == (
         f"port {UI_PORT} is published by cloister-ffffffff-guardian-approval, the approval hub"
         f" of user {user}'s (data directory /elsewhere/data) guardian; set"
         f" `guardian: {{ui_port: PORT}}` in {paths.config_file} to a free port"
     )
     # Another port: no concern of this guardian's.
-    guardian_for(paths, engine, ui_port=UI_PORT + 1).check_hub_port()
+    guardian_for(paths, engine.client, ui_port=UI_PORT + 1).check_hub_port()
 
 
 def test_the_hub_never_goes_where_an_agents_page_was(paths: CloisterPaths) -> None:
     """A browser keeps what a page left in its origin (cached answers, a service worker):
     the approval UI must not take over a port `cloister port` served an agent's page on."""
-    engine = HubEngine(HubContainers([]))
+    engine = FakeEngine().client
     guardian_for(paths, engine).check_agents_were_not_there()  # none yet
     ports.remember(paths, UI_PORT)
     with pytest.raises(GuardianError) as caught:
@@ -456,35 +397,12 @@ def test_the_hub_never_goes_where_an_agents_page_was(paths: CloisterPaths) -> No
 def test_an_older_cloisters_stack_is_named_with_how_to_remove_it(paths: CloisterPaths) -> None:
     legacy = hub_on(UI_PORT, {}, "cloister-guardian-approval")
     with pytest.raises(GuardianError) as caught:
-        guardian_for(paths, HubEngine(HubContainers([legacy]))).check_hub_port()
+        guardian_for(paths, legacy.client).check_hub_port()
     assert "the guardian of an older Cloister" in str(caught.value)
     assert "docker compose -p cloister-guardian down" in str(caught.value)
 
 
 # -- status ------------------------------------------------------------------------------
-
-
-@dataclass
-class FakeContainer:
-    attrs: dict[str, Any]
-    labels: dict[str, str] = field(default_factory=dict)
-    name: str = ""
-
-
-@dataclass
-class FakeContainers:
-    by_name: dict[str, FakeContainer]
-
-    def get(self, name: str) -> FakeContainer:
-        try:
-            return self.by_name[name]
-        except KeyError:
-            raise docker.errors.NotFound(f"no such container: {name}") from None
-
-
-@dataclass
-class FakeEngine:
-    containers: FakeContainers
 
 
 @pytest.fixture
@@ -495,7 +413,7 @@ def tokens(paths: CloisterPaths) -> None:
 
 
 def test_status_of_a_stack_that_is_not_there(paths: CloisterPaths) -> None:
-    status = guardian_for(paths, FakeEngine(FakeContainers({}))).status()
+    status = guardian_for(paths, FakeEngine().client).status()
     assert status == GuardianStatus(
         running=False,
         services=tuple(
@@ -514,18 +432,11 @@ def test_status_of_a_stack_that_is_not_there(paths: CloisterPaths) -> None:
 def test_status_counts_tokens_and_reads_health(paths: CloisterPaths, tokens: None) -> None:
     instance = instance_of(paths)
     mine = instance.labels
-    engine = FakeEngine(
-        FakeContainers(
-            {
-                instance.service("proxy"): FakeContainer({"State": {"Status": "running"}}, mine),
-                instance.service("approval"): FakeContainer(
-                    {"State": {"Status": "running", "Health": {"Status": "healthy"}}}, mine
-                ),
-                instance.service("gateway"): FakeContainer({"State": {"Status": "exited"}}, mine),
-            }
-        )
-    )
-    status = guardian_for(paths, engine).status()
+    engine = FakeEngine()
+    engine.add_container(instance.service("proxy"), mine, status="running")
+    engine.add_container(instance.service("approval"), mine, status="running", health="healthy")
+    engine.add_container(instance.service("gateway"), mine, status="exited")
+    status = guardian_for(paths, engine.client).status()
     assert status.services == (
         ServiceStatus("proxy", "running", "-"),
         ServiceStatus("approval", "running", "healthy"),
@@ -555,19 +466,17 @@ def test_a_taken_ui_port_is_one_line_that_says_what_to_do(detail: str) -> None:
     )
 
 
-@dataclass
-class Forwarders:
-    running: list[HubContainer]
-
-    def list(self, filters: dict[str, list[str]]) -> list[HubContainer]:
-        assert filters == {"label": [LABEL_FORWARD]}
-        return self.running
-
-
-def forwarder_on(port: int, labels: dict[str, str], name: str) -> HubContainer:
+def forwarder_on(port: int, labels: dict[str, str], name: str) -> FakeEngine:
+    """An engine where a `cloister port` forwarder, *name*, publishes *port*."""
+    engine = FakeEngine()
     published = {"9996/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
     forward = {LABEL_FORWARD: "repob", LABEL_FORWARD_PORT: "8081"}
-    return HubContainer(name, {**labels, **forward}, {"NetworkSettings": {"Ports": published}})
+    engine.add_container(name, {**labels, **forward}, NetworkSettings={"Ports": published})
+    return engine
+
+
+# How the guardian asks for the forwarders: the running ones, by their label.
+FORWARDERS_ASKED = [{"all": False, "filters": {"label": [LABEL_FORWARD]}}]
 
 
 def test_a_cloister_port_on_the_ui_port_is_named_with_how_to_free_it(
@@ -575,8 +484,9 @@ def test_a_cloister_port_on_the_ui_port_is_named_with_how_to_free_it(
 ) -> None:
     detail = "Bind for 127.0.0.1:9999 failed: port is already allocated"
     mine = forwarder_on(UI_PORT, instance_of(paths).labels, "cloister-x-guardian-port-repob-8081")
-    guardian = guardian_for(paths, HubEngine(cast("Any", Forwarders([mine]))))
+    guardian = guardian_for(paths, mine.client)
     message = port_taken(detail, UI_PORT, paths.config_file, guardian._forwarder_on_ui_port)
+    assert mine.called("containers.list") == FORWARDERS_ASKED
     assert message == (
         f"port {UI_PORT} on 127.0.0.1 (the approval UI) is taken by `cloister port`: port 8081"
         " of cloister repob; `cloister port repob 8081 --remove` frees it, or set"
@@ -589,15 +499,17 @@ def test_a_cloister_port_on_the_ui_port_is_named_with_how_to_free_it(
         "org.cloister.data-dir": "/elsewhere/data",
     }
     other = forwarder_on(UI_PORT, theirs, "cloister-ffffffff-guardian-port-repob-8081")
-    guardian = guardian_for(paths, HubEngine(cast("Any", Forwarders([other]))))
+    guardian = guardian_for(paths, other.client)
     assert guardian._forwarder_on_ui_port() == (
         "`cloister port` of user root's (data directory /elsewhere/data) guardian"
         " (cloister-ffffffff-guardian-port-repob-8081, port 8081 of its cloister repob);"
         " its owner can remove it"
     )
     elsewhere = forwarder_on(UI_PORT + 1, theirs, "cloister-ffffffff-guardian-port-repob-8081")
-    guardian = guardian_for(paths, HubEngine(cast("Any", Forwarders([elsewhere]))))
+    guardian = guardian_for(paths, elsewhere.client)
     assert guardian._forwarder_on_ui_port() is None  # then: "another program"
+    assert other.called("containers.list") == FORWARDERS_ASKED
+    assert elsewhere.called("containers.list") == FORWARDERS_ASKED
 
 
 def test_other_compose_failures_are_not_called_a_taken_port() -> None:

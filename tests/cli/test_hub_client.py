@@ -7,7 +7,6 @@ with the hub secret.
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +19,8 @@ import pytest
 
 from cloister_cli.hub_client import NOT_STARTED, HubClient, HubError, read_hub_secret
 from cloister_core.paths import CloisterPaths
-from tests.approval.conftest import HUB_SECRET, SERVICE_HEADERS, Background, LiveHub, wait_for
+from tests.approval.conftest import HUB_SECRET, SERVICE_HEADERS, TIMEOUT, Background, LiveHub
+from tests.waiting import free_port, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +58,6 @@ def hold_command(hub: LiveHub, argv: list[str]) -> Background:
     return hold(hub, "commands", body)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 def test_pending_is_empty_at_first(client: HubClient) -> None:
     assert client.pending() == {"domains": [], "commands": []}
 
@@ -98,7 +91,7 @@ def test_decide_a_domain(
     summary: str,
 ) -> None:
     waiting = hold_domain(hub, host)
-    (item,) = wait_for(lambda: client.pending()["domains"])
+    (item,) = wait_until(lambda: client.pending()["domains"], TIMEOUT, "the held domain")
     assert (item["host"], item["port"], item["cloister"]) == (host, 443, "api")
     decision = client.decide(item["id"], allow=allow, scope=scope, wildcard=wildcard, reason=None)
     assert decision["summary"] == summary
@@ -109,7 +102,7 @@ def test_decide_a_domain(
 
 def test_approve_a_command(hub: LiveHub, client: HubClient) -> None:
     waiting = hold_command(hub, ["git", "push", "origin", "main"])
-    (item,) = wait_for(lambda: client.pending()["commands"])
+    (item,) = wait_until(lambda: client.pending()["commands"], TIMEOUT, "the held command")
     assert item["argv"] == ["git", "push", "origin", "main"]
     decision = client.decide(item["id"], allow=True, scope="once", wildcard=False, reason=None)
     assert decision["summary"] == "Approved git push origin main once, in /home/me/api"
@@ -118,7 +111,7 @@ def test_approve_a_command(hub: LiveHub, client: HubClient) -> None:
 
 def test_a_command_for_the_session_by_a_prefix_of_its_id(hub: LiveHub, client: HubClient) -> None:
     waiting = hold_command(hub, ["make", "deploy"])
-    (item,) = wait_for(lambda: client.pending()["commands"])
+    (item,) = wait_until(lambda: client.pending()["commands"], TIMEOUT, "the held command")
     decision = client.decide(item["id"][:4], allow=True, scope="session", wildcard=False,
                              reason=None)  # fmt: skip
     assert decision["summary"] == "Approved make deploy for the session of api, in /home/me/api"
@@ -138,7 +131,7 @@ def test_what_a_command_cannot_be_given(
     hub: LiveHub, client: HubClient, allow: bool, scope: str, wildcard: bool, problem: str
 ) -> None:
     waiting = hold_command(hub, ["make", "clean"])
-    (item,) = wait_for(lambda: client.pending()["commands"])
+    (item,) = wait_until(lambda: client.pending()["commands"], TIMEOUT, "the held command")
     with pytest.raises(HubError) as caught:
         client.decide(item["id"], allow=allow, scope=scope, wildcard=wildcard, reason=None)
     assert str(caught.value) == f"{item['id']} is a command (make clean): {problem}"
@@ -178,7 +171,7 @@ def test_an_ambiguous_or_unknown_prefix_is_refused(prefix: str, problem: str) ->
 
 def test_an_unknown_id_is_an_error(hub: LiveHub, client: HubClient) -> None:
     waiting = hold_domain(hub, "api.unknown-id.test")
-    (item,) = wait_for(lambda: client.pending()["domains"])
+    (item,) = wait_until(lambda: client.pending()["domains"], TIMEOUT, "the held domain")
     with pytest.raises(HubError) as caught:
         client.decide("nope", allow=True, scope="once", wildcard=False, reason=None)
     assert str(caught.value) == "nothing pending with id 'nope' (`cloister approvals list`)"
@@ -189,7 +182,7 @@ def test_an_unknown_id_is_an_error(hub: LiveHub, client: HubClient) -> None:
 
 def test_a_refusal_carries_the_hubs_message(hub: LiveHub, client: HubClient) -> None:
     waiting = hold_domain(hub, host="203.0.113.5")  # an address has no wildcard
-    (item,) = wait_for(lambda: client.pending()["domains"])
+    (item,) = wait_until(lambda: client.pending()["domains"], TIMEOUT, "the held domain")
     with pytest.raises(HubError, match=r"^the hub refused: 203\.0\.113\.5 has no wildcard form"):
         client.decide(item["id"], allow=True, scope="once", wildcard=True, reason=None)
     client.decide(item["id"], allow=False, scope="once", wildcard=False, reason=None)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import docker.errors
 import pytest
 
 from cloister_cli.images import (
@@ -17,6 +14,7 @@ from cloister_cli.images import (
     is_current,
     source_fingerprint,
 )
+from tests.fake_engine import FakeEngine
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -70,27 +68,6 @@ def test_an_agent_image_depends_on_its_dockerfile_and_hostexec_only(tree: Path) 
     assert source_fingerprint(tree, SLIM_AGENT_IMAGE) != first
 
 
-@dataclass
-class FakeImage:
-    labels: dict[str, str] | None
-
-
-@dataclass
-class FakeImages:
-    by_tag: dict[str, FakeImage] = field(default_factory=dict)
-
-    def get(self, tag: str) -> FakeImage:
-        try:
-            return self.by_tag[tag]
-        except KeyError:
-            raise docker.errors.ImageNotFound(f"no such image: {tag}") from None
-
-
-@dataclass
-class FakeClient:
-    images: FakeImages
-
-
 @pytest.mark.parametrize(
     ("labels", "fingerprint", "current"),
     [
@@ -101,10 +78,10 @@ class FakeClient:
     ],
 )
 def test_is_current(labels: dict[str, str] | None, fingerprint: str | None, current: bool) -> None:
-    client: Any = FakeClient(FakeImages({"x:latest": FakeImage(labels)}))
-    assert is_current(client, "x:latest", fingerprint) is current
+    engine = FakeEngine()
+    engine.add_image("x:latest", labels=labels)
+    assert is_current(engine.client, "x:latest", fingerprint) is current
 
 
 def test_a_missing_image_is_never_current() -> None:
-    client: Any = FakeClient(FakeImages())
-    assert is_current(client, "x:latest", None) is False
+    assert is_current(FakeEngine().client, "x:latest", None) is False

@@ -6,6 +6,7 @@ made it slow are kept out, which a test can check without a clock.
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -43,6 +44,40 @@ def test_an_option_is_still_an_option() -> None:
     result = CliRunner().invoke(cli, ["--nope"], prog_name="cloister")
     assert result.exit_code == 2
     assert "No such option" in result.output
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/d/tokens/x"),
+            "No space left on device: /d/tokens/x; free some space and run it again",
+        ),
+        (
+            OSError(errno.EDQUOT, "Disk quota exceeded"),
+            "Disk quota exceeded; free some space and run it again",
+        ),
+    ],
+)
+def test_a_full_disk_is_one_clean_line(
+    monkeypatch: pytest.MonkeyPatch, error: OSError, said: str
+) -> None:
+    def full(self: click.Group, ctx: click.Context) -> None:
+        raise error
+
+    monkeypatch.setattr(click.Group, "invoke", full)
+    result = CliRunner().invoke(cli, ["list"], prog_name="cloister")
+    assert result.exit_code == 1, result.output
+    assert result.output == f"Error: {said}\n"
+
+
+def test_another_os_error_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(self: click.Group, ctx: click.Context) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", "/d")
+
+    monkeypatch.setattr(click.Group, "invoke", refused)
+    result = CliRunner().invoke(cli, ["list"], prog_name="cloister")
+    assert isinstance(result.exception, PermissionError)
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -4,12 +4,9 @@ container, and what publishing does in each state (a small fake engine)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import docker
-import docker.errors
 import pytest
 from click.testing import CliRunner
 
@@ -21,6 +18,7 @@ from cloister_cli.ports import PortError, PortSpec
 from cloister_core import stack
 from cloister_core.names import RESERVED_CLOISTER_PREFIX
 from cloister_core.paths import CloisterPaths
+from tests.fake_engine import FakeContainer, FakeEngine
 
 INSTANCE = stack.Instance("0123abcd", os.getuid(), Path("/data"))
 OTHER = stack.Instance("4567cdef", os.getuid() + 1, Path("/other"))
@@ -88,62 +86,16 @@ def test_forwarder_names_are_in_the_guardian_namespace_and_never_collide() -> No
 # --- the forwarder's container ---------------------------------------------------------------
 
 
-@dataclass
-class FakeContainer:
-    name: str
-    labels: dict[str, str]
-    engine: FakeEngine | None = None
-    status: str = "running"
-    id: str = field(default_factory=lambda: os.urandom(8).hex())
-    attrs: dict[str, Any] = field(default_factory=dict)
-    logs_text: bytes = b""
-    start_error: str | None = None
-    exits: bool = False  # on start, as a forwarder that fails does
-
-    @property
-    def short_id(self) -> str:
-        return self.id[:12]
-
-    def reload(self) -> None:
-        pass
-
-    def logs(self, **kwargs: Any) -> bytes:
-        return self.logs_text
-
-    def start(self) -> None:
-        if self.start_error is not None:
-            raise docker.errors.APIError("500", explanation=self.start_error)
-        self.status = "exited" if self.exits else "running"
-        if self.engine is not None:
-            self.engine.log.append(f"start {self.name}")
-
-    def remove(self, force: bool = False) -> None:
-        assert force
-        if self.engine is not None:
-            self.engine.containers.items.remove(self)
-            self.engine.log.append(f"rm {self.name}")
-
-
 def cloister(
     name: str, status: str = "running", address: str = ADDRESS, instance: stack.Instance = INSTANCE
 ) -> FakeContainer:
     networks = {instance.cloister(name): {"IPAddress": address}} if address else {}
-    return FakeContainer(
+    return FakeContainer.of(
         instance.cloister(name),
         {**instance.labels, stack.LABEL_CLOISTER: name},
         status=status,
-        attrs={"NetworkSettings": {"Networks": networks}},
+        NetworkSettings={"Networks": networks},
     )
-
-
-def published(host_port: int) -> dict[str, Any]:
-    return {
-        "NetworkSettings": {
-            "Ports": {
-                f"{stack.FORWARDER_PORT}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(host_port)}]
-            }
-        }
-    }
 
 
 def spec_plan(spec: PortSpec | None = None) -> ports.ForwarderPlan:
@@ -228,114 +180,18 @@ def test_the_ports_network_must_be_as_cloister_makes_it(
 # --- publishing, on a fake engine ------------------------------------------------------------
 
 
-@dataclass
-class FakeContainers:
-    engine: FakeEngine
-    items: list[FakeContainer] = field(default_factory=list)
-    next_logs: bytes = b"cloister-forwarder: listening on 172.30.0.2:9996\n"
-    next_start_error: str | None = None
-    next_exits: bool = False
-    created: list[dict[str, Any]] = field(default_factory=list)
-
-    def get(self, name: str) -> FakeContainer:
-        for item in self.items:
-            if name in (item.name, item.id):
-                return item
-        raise docker.errors.NotFound(f"no container {name}")
-
-    def list(
-        self, all: bool = False, filters: dict[str, list[str]] | None = None
-    ) -> list[FakeContainer]:
-        wanted = [label.partition("=") for label in (filters or {})["label"]]
-        return [
-            c
-            for c in self.items
-            if all_labels(c.labels, [(key, value) for key, _, value in wanted])
-        ]
-
-    def create(self, **kwargs: Any) -> FakeContainer:
-        self.created.append(kwargs)
-        host_port = kwargs["ports"]["9996/tcp"][1] or 49153
-        made = FakeContainer(
-            kwargs["name"],
-            kwargs["labels"],
-            self.engine,
-            status="created",
-            attrs=published(host_port),
-            logs_text=self.next_logs,
-            start_error=self.next_start_error,
-            exits=self.next_exits,
-        )
-        self.items.append(made)
-        self.engine.log.append(f"create {made.name}")
-        return made
-
-
-def all_labels(labels: dict[str, str], wanted: list[tuple[str, str]]) -> bool:
-    return all(key in labels and (not value or labels[key] == value) for key, value in wanted)
-
-
-@dataclass
-class FakeNetwork:
-    name: str
-    engine: FakeEngine
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-    def connect(self, container: FakeContainer) -> None:
-        self.engine.log.append(f"connect {self.name} {container.name}")
-
-
-@dataclass
-class FakeNetworks:
-    engine: FakeEngine
-    present: dict[str, FakeNetwork] = field(default_factory=dict)
-
-    def get(self, name: str) -> FakeNetwork:
-        if name not in self.present:
-            raise docker.errors.NotFound(f"network {name} not found")
-        return self.present[name]
-
-    def create(self, name: str, **kwargs: Any) -> FakeNetwork:
-        assert kwargs["internal"] is False
-        assert kwargs["enable_ipv6"] is False
-        attrs = {
-            "Driver": kwargs["driver"],
-            "Internal": kwargs["internal"],
-            "EnableIPv6": kwargs["enable_ipv6"],
-            "Options": kwargs["options"],
-            "IPAM": {"Config": [{"Subnet": "172.30.0.0/16", "Gateway": GATEWAY}]},
-        }
-        self.present[name] = FakeNetwork(name, self.engine, attrs)
-        self.engine.log.append(f"network create {name}")
-        return self.present[name]
-
-
-@dataclass
-class FakeEngine:
-    log: list[str] = field(default_factory=list)
-    containers: FakeContainers = field(init=False)
-    networks: FakeNetworks = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.containers = FakeContainers(self)
-        self.networks = FakeNetworks(self)
-        for name in ("my-api", "web"):
-            network = INSTANCE.cloister(name)
-            self.networks.present[network] = FakeNetwork(network, self)
-
-    def add(self, container: FakeContainer) -> FakeContainer:
-        container.engine = self
-        self.containers.items.append(container)
-        return container
-
-    @property
-    def client(self) -> docker.DockerClient:
-        return cast("docker.DockerClient", self)
+def new_engine() -> FakeEngine:
+    """An engine with the networks of cloisters my-api and web, whose forwarders start."""
+    fake = FakeEngine()
+    fake.add_network(INSTANCE.cloister("my-api"), subnet="10.213.0.0/27")
+    fake.add_network(INSTANCE.cloister("web"), subnet="10.213.0.32/27")
+    fake.containers.next_logs = b"cloister-forwarder: listening on 172.30.0.2:9996\n"
+    return fake
 
 
 @pytest.fixture
 def engine() -> FakeEngine:
-    fake = FakeEngine()
+    fake = new_engine()
     fake.add(cloister("my-api"))
     return fake
 
@@ -357,13 +213,13 @@ def test_publish_creates_the_network_then_a_forwarder_on_both_networks(engine: F
     )
     assert result.forward.host == "127.0.0.1:8000"
     assert engine.log == [
-        f"network create {INSTANCE.ports_net}",
+        f"network create {INSTANCE.ports_net} 172.30.0.0/16",
         "create cloister-0123abcd-guardian-port-my-api-8000",
         # the cloister's own network, before it starts
-        "connect cloister-0123abcd-my-api cloister-0123abcd-guardian-port-my-api-8000",
+        "network connect cloister-0123abcd-my-api cloister-0123abcd-guardian-port-my-api-8000",
         "start cloister-0123abcd-guardian-port-my-api-8000",
     ]
-    (kwargs,) = engine.containers.created
+    (kwargs,) = engine.called("containers.create")
     assert kwargs["command"][1] == f"{ADDRESS}:8000"
     assert kwargs["command"][3] == GATEWAY
 
@@ -388,7 +244,7 @@ def test_forwarders_of_an_earlier_cloister_of_that_name_are_replaced(engine: Fak
     publish(engine, "8000")
     publish(engine, "3000")
     # The cloister went without `cloister stop`, and a new one of that name started.
-    engine.containers.items.remove(engine.containers.get(INSTANCE.cloister("my-api")))
+    del engine.containers.by_name[INSTANCE.cloister("my-api")]
     engine.add(cloister("my-api", address="172.18.0.9"))
     found = ports.forwards(engine.client, INSTANCE, "my-api")
     assert {forward.status for forward in found} == {"stale"}
@@ -397,14 +253,14 @@ def test_forwarders_of_an_earlier_cloister_of_that_name_are_replaced(engine: Fak
     assert result.created
     assert "rm cloister-0123abcd-guardian-port-my-api-3000" in engine.log
     assert [f.port for f in ports.forwards(engine.client, INSTANCE)] == [8000]
-    assert engine.containers.created[-1]["command"][1] == "172.18.0.9:8000"
+    assert engine.called("containers.create")[-1]["command"][1] == "172.18.0.9:8000"
 
 
 def test_remove_stale_leaves_the_current_ones(engine: FakeEngine) -> None:
     engine.add(cloister("web", address="172.18.0.7"))
     publish(engine, "8000")
     publish(engine, "3000", name="web")
-    engine.containers.items.remove(engine.containers.get(INSTANCE.cloister("web")))
+    del engine.containers.by_name[INSTANCE.cloister("web")]
     assert ports.remove_stale(engine.client, INSTANCE) == [
         "cloister-0123abcd-guardian-port-web-3000"
     ]
@@ -443,7 +299,7 @@ def test_an_exited_forwarder_is_made_anew(engine: FakeEngine) -> None:
     ],
 )
 def test_a_cloister_that_does_not_run_is_refused(status: str, message: str) -> None:
-    engine = FakeEngine()
+    engine = new_engine()
     engine.add(cloister("my-api", status=status))
     with pytest.raises(PortError) as caught:
         publish(engine, "8000")
@@ -453,7 +309,7 @@ def test_a_cloister_that_does_not_run_is_refused(status: str, message: str) -> N
 
 def test_no_such_cloister() -> None:
     with pytest.raises(PortError, match=r"no cloister 'ghost' \(`cloister list`\)"):
-        publish(FakeEngine(), "8000", name="ghost")
+        publish(new_engine(), "8000", name="ghost")
 
 
 def test_a_taken_host_port_names_who_holds_it(engine: FakeEngine) -> None:
@@ -484,7 +340,7 @@ def hub(
 ) -> FakeContainer:
     """A guardian's approval hub container publishing its port on *host_port*."""
     bindings = {f"{stack.APPROVAL_PORT}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(host_port)}]}
-    return FakeContainer(
+    return FakeContainer.of(
         instance.service("approval") if project is None else f"{project}-approval",
         {
             stack.LABEL_GUARDIAN: "true",
@@ -492,11 +348,9 @@ def hub(
             **(instance.labels if project is None else {}),
         },
         status=status,
-        attrs={
-            # A stopped container publishes nothing; its configured binding remains.
-            "NetworkSettings": {"Ports": bindings if status == "running" else {}},
-            "HostConfig": {"PortBindings": bindings},
-        },
+        # A stopped container publishes nothing; its configured binding remains.
+        NetworkSettings={"Ports": bindings if status == "running" else {}},
+        HostConfig={"PortBindings": bindings},
     )
 
 
@@ -518,7 +372,7 @@ def test_the_own_approval_ui_port_is_refused_whether_the_guardian_runs_or_not(
         assert str(caught.value) == refusal(UI_PORT, own, text.partition(":")[0])
     # Nothing was made; the guardian is not even running (no hub container).
     assert engine.log == []
-    assert engine.containers.created == []
+    assert engine.called("containers.create") == []
     # This guardian's hub, still on the port of an earlier config: refused too.
     engine.add(hub(INSTANCE, 18999, status="exited"))
     with pytest.raises(PortError) as caught:
@@ -539,7 +393,7 @@ def test_another_guardians_approval_ui_port_is_refused(engine: FakeEngine, statu
         f"cloister-4567cdef-guardian-approval, the approval hub of {whose(OTHER.labels)} guardian",
     )
     assert "(data directory /other)" in str(caught.value)
-    assert engine.containers.created == []
+    assert engine.called("containers.create") == []
 
 
 def test_an_older_cloisters_hub_port_is_refused(engine: FakeEngine) -> None:
@@ -683,7 +537,7 @@ def test_the_command_refuses_the_configured_approval_ui_port(command_engine: Fak
     assert result.output == (
         "Error: " + refusal(18777, "guardian.ui_port in this machine's config", "8081") + "\n"
     )
-    assert command_engine.containers.created == []
+    assert command_engine.called("containers.create") == []
 
 
 def test_the_command_says_what_is_wrong_with_a_port(command_engine: FakeEngine) -> None:

@@ -1,25 +1,21 @@
 """Project images without an engine: the key, the cache, the refusals, the build order.
 
-The docker SDK is faked where the module only asks it questions (which images exist,
-with which labels) and where it hands it a build: the fake records each build's
-Dockerfile, context, arguments, tag and labels, and "makes" an image. What a real
-classic builder does with them is in ``test_projectimages_docker.py``.
+The docker SDK is faked (``tests/fake_engine.py``) where the module only asks it
+questions (which images exist, with which labels) and where it hands it a build: the
+fake records each build's Dockerfile, context, arguments, tag and labels, and "makes" an
+image. What a real classic builder does with them is in ``test_projectimages_docker.py``.
 """
 
 from __future__ import annotations
 
-import builtins
 import io
 import json
 import os
 import tarfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import docker
-import docker.errors
 import pytest
 from docker.utils.build import PatternMatcher
 
@@ -37,6 +33,7 @@ from cloister_cli.projectimages.model import Build as ImageBuild
 from cloister_cli.projectimages.plan import from_images
 from cloister_core.devcontainer import Devcontainer, load_devcontainer
 from cloister_core.paths import CloisterPaths
+from tests.fake_engine import FakeEngine
 from tests.tree_support import DEPTH, deep_tree
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -44,117 +41,11 @@ BASE = "debian:bookworm-slim"
 PROJECT = "api"
 
 
-# -- the fake engine -------------------------------------------------------------------
-
-
-@dataclass
-class FakeImage:
-    id: str
-    labels: dict[str, str] = field(default_factory=dict)
-    tags: list[str] = field(default_factory=list)
-    attrs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Build:
-    dockerfile: str
-    files: dict[str, bytes]  # name → content ("" for directories and links)
-    modes: dict[str, int]
-    args: dict[str, str]
-    target: str | None
-    tag: str | None
-    labels: dict[str, str] | None
-    nocache: bool
-
-
-@dataclass
-class FakeEngine:
-    images_by_name: dict[str, FakeImage] = field(default_factory=dict)
-    builds: list[Build] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    containers_using: dict[str, list[str]] = field(default_factory=dict)  # image id → names
-
-    @property
-    def images(self) -> FakeEngine:
-        return self
-
-    @property
-    def api(self) -> FakeEngine:
-        return self
-
-    def get(self, name: str) -> FakeImage:
-        if name not in self.images_by_name:
-            raise docker.errors.ImageNotFound(f"no such image: {name}")
-        return self.images_by_name[name]
-
-    def list(self, filters: dict[str, str]) -> list[FakeImage]:
-        label = filters["label"]
-        name, _, value = label.partition("=")
-        unique = {image.id: image for image in self.images_by_name.values()}
-        return [
-            image
-            for image in unique.values()
-            if name in image.labels and (not value or image.labels[name] == value)
-        ]
-
-    def remove(self, name: str) -> None:
-        self.removed.append(name)
-        image = self.images_by_name.pop(name)
-        if name in image.tags:
-            image.tags.remove(name)
-        if not image.tags:  # the last tag gone: the image goes (as untagged parents do)
-            self.images_by_name.pop(image.id, None)
-
-    def containers(self, all: bool) -> builtins.list[dict[str, Any]]:
-        return [
-            {"Names": [f"/{name}"], "ImageID": image}
-            for image, names in self.containers_using.items()
-            for name in names
-        ]
-
-    def build(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        assert kwargs["custom_context"] is True
-        assert kwargs["pull"] is False
-        files: dict[str, bytes] = {}
-        modes: dict[str, int] = {}
-        with tarfile.open(fileobj=kwargs["fileobj"]) as archive:
-            for member in archive.getmembers():
-                handle = archive.extractfile(member) if member.isfile() else None
-                files[member.name] = handle.read() if handle else b""
-                modes[member.name] = member.mode
-        dockerfile = files.pop(kwargs["dockerfile"]).decode()
-        number = len(self.builds) + 1
-        self.builds.append(
-            Build(
-                dockerfile,
-                files,
-                modes,
-                dict(kwargs["buildargs"]),
-                kwargs["target"],
-                kwargs["tag"],
-                kwargs["labels"],
-                kwargs["nocache"],
-            )
-        )
-        image = FakeImage(f"sha256:built{number}", dict(kwargs["labels"] or {}))
-        image.attrs = {"Created": f"2025-01-0{number}T00:00:00Z", "Size": 1000 * number}
-        self.images_by_name[image.id] = image
-        if kwargs["tag"]:
-            image.tags.append(kwargs["tag"])
-            self.images_by_name[kwargs["tag"]] = image
-        yield {"stream": "Step 1/1 : FROM x\n"}
-        yield {"aux": {"ID": image.id}}
-        yield {"stream": f"Successfully built {image.id[7:19]}\n"}
-
-    def client(self) -> docker.DockerClient:
-        return cast("docker.DockerClient", self)
-
-
 @pytest.fixture
 def engine() -> FakeEngine:
     fake = FakeEngine()
-    fake.images_by_name[BASE] = FakeImage("sha256:debian1")
-    fake.images_by_name["cloister:latest"] = FakeImage("sha256:agent1")
+    fake.add_image(BASE, id="sha256:debian1")
+    fake.add_image("cloister:latest", id="sha256:agent1")
     return fake
 
 
@@ -205,7 +96,7 @@ def load(root: Path, trusted: tuple[str, ...] = ()) -> Devcontainer | None:
 
 def plan(engine: FakeEngine, paths: CloisterPaths, root: Path, source: Path) -> ImagePlan:
     return projectimages.plan_project_image(
-        engine.client(),
+        engine.client,
         paths,
         project=PROJECT,
         root=root,
@@ -224,8 +115,8 @@ def ensure(
     rebuild: bool = False,
     progress: Callable[[str, str], None] = lambda what, line: None,
 ) -> ImagePlan:
-    return projectimages.ensure_project_image(
-        engine.client(),
+    done = projectimages.ensure_project_image(
+        engine.client,
         paths,
         project=PROJECT,
         root=root,
@@ -235,6 +126,8 @@ def ensure(
         progress=progress,
         rebuild=rebuild,
     )
+    assert not any(build.pull for build in engine.builds)  # the base image is the machine's
+    return done
 
 
 # -- plain images ------------------------------------------------------------------------
@@ -274,7 +167,7 @@ def test_a_missing_base_image_is_one_line(
     engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
 ) -> None:
     (project / ".devcontainer" / "devcontainer.json").unlink()
-    del engine.images_by_name["cloister:latest"]
+    del engine.images.by_id["sha256:agent1"]
     planned = plan(engine, paths, project, source)
     assert not planned.cached
     assert "not on this machine yet" in planned.steps[0]
@@ -352,7 +245,7 @@ def test_the_base_image_and_the_hostexec_client_are_inputs(
     engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
 ) -> None:
     first = plan(engine, paths, project, source).key
-    engine.images_by_name[BASE] = FakeImage("sha256:debian2")  # debian rebuilt
+    engine.add_image(BASE, id="sha256:debian2")  # debian rebuilt
     second = plan(engine, paths, project, source).key
     client = source / projectimages.HOSTEXEC_SOURCE
     client.write_bytes(client.read_bytes() + b"\n# changed\n")
@@ -450,7 +343,7 @@ def test_an_image_with_the_tag_but_another_key_is_not_reused(
     engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
 ) -> None:
     planned = plan(engine, paths, project, source)
-    engine.images_by_name[planned.tag] = FakeImage("sha256:other", {KEY_LABEL: "something else"})
+    engine.add_image(planned.tag, id="sha256:other", labels={KEY_LABEL: "something else"})
     assert not plan(engine, paths, project, source).cached
 
 
@@ -635,18 +528,18 @@ def test_list_and_prune_against_the_engine(
     first = ensure(engine, paths, project, source)
     _json(project)
     second = ensure(engine, paths, project, source)
-    found = projectimages.list_project_images(engine.client(), paths)
+    found = projectimages.list_project_images(engine.client, paths)
     assert [(item.tag, item.current) for item in found] == [
         (second.tag, True),
         (first.tag, False),
     ]
-    engine.containers_using[found[0].id] = ["cloister-api"]
-    assert projectimages.list_project_images(engine.client(), paths)[0].to_json()["in_use"]
+    engine.add_container("cloister-api", image=found[0].id)
+    assert projectimages.list_project_images(engine.client, paths)[0].to_json()["in_use"]
     chosen = projectimages.prunable(found, lambda name: True)
-    results = projectimages.prune_project_images(engine.client(), paths, chosen, lambda n: True)
+    results = projectimages.prune_project_images(engine.client, paths, chosen, lambda n: True)
     assert [(r.removed, r.failed) for r in results] == [(True, False)]
-    assert engine.removed == [first.tag]
-    assert [item.tag for item in projectimages.list_project_images(engine.client(), paths)] == [
+    assert [line for line in engine.log if line.startswith("rmi ")] == [f"rmi {first.tag}"]
+    assert [item.tag for item in projectimages.list_project_images(engine.client, paths)] == [
         second.tag
     ]
 
@@ -655,9 +548,9 @@ def test_pruning_a_removed_projects_images_forgets_its_record(
     engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
 ) -> None:
     ensure(engine, paths, project, source)
-    found = projectimages.list_project_images(engine.client(), paths)
+    found = projectimages.list_project_images(engine.client, paths)
     chosen = projectimages.prunable(found, lambda name: False)
-    projectimages.prune_project_images(engine.client(), paths, chosen, lambda name: False)
+    projectimages.prune_project_images(engine.client, paths, chosen, lambda name: False)
     assert projectimages.read_record(paths, PROJECT) is None
 
 

@@ -8,11 +8,10 @@ containers; the hub and the guardian are fakes too), so what is checked is what
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import docker.errors
 import pytest
 from click.testing import CliRunner, Result
 
@@ -27,127 +26,22 @@ from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 from cloister_executor.gitsync import SyncError, SyncOutcome
 from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 from tests.git_support import hermetic_git, make_repo, run_git
 
 OTHER = stack.Instance("4567cdef", INSTANCE.uid + 1, Path("/other"))
 NETWORKS = (INSTANCE.egress_net, INSTANCE.control_net, INSTANCE.ports_net)
 
 
-@dataclass
-class FakeContainer:
-    name: str
-    labels: dict[str, str]
-    engine: FakeEngine
-    status: str = "running"
-    attrs: dict[str, Any] = field(
-        default_factory=lambda: {"Config": {"Image": "cloister:latest"}, "Created": ""}
-    )
-
-    @property
-    def short_id(self) -> str:
-        return self.name[:10]
-
-    def remove(self, force: bool = False) -> None:
-        assert force
-        self.engine.containers.items.remove(self)
-        self.engine.log.append(f"rm {self.name}")
-
-
-def _matches(labels: dict[str, str], wanted: list[tuple[str, str, str]]) -> bool:
-    return all(key in labels and value in ("", labels[key]) for key, _, value in wanted)
-
-
-@dataclass
-class FakeContainers:
-    items: list[FakeContainer] = field(default_factory=list)
-
-    def list(
-        self, all: bool = False, filters: dict[str, list[str]] | None = None
-    ) -> list[FakeContainer]:
-        assert all
-        wanted = [label.partition("=") for label in (filters or {})["label"]]
-        return [c for c in self.items if _matches(c.labels, wanted)]
-
-    def get(self, name: str) -> FakeContainer:
-        for container in self.items:
-            if container.name == name:
-                return container
-        raise docker.errors.NotFound(f"no container {name}")
-
-
-@dataclass
-class FakeImages:
-    engine: FakeEngine
-    present: set[str] = field(default_factory=set)
-    in_use: set[str] = field(default_factory=set)
-
-    def remove(self, tag: str) -> None:
-        if tag in self.in_use:
-            raise docker.errors.APIError("409", explanation=f"{tag} is used by container x")
-        if tag not in self.present:
-            raise docker.errors.ImageNotFound(f"No such image: {tag}")
-        self.present.remove(tag)
-        self.engine.log.append(f"rmi {tag}")
-
-
-@dataclass
-class FakeNetwork:
-    name: str
-    engine: FakeEngine
-
-    @property
-    def attrs(self) -> dict[str, Any]:
-        return {"Labels": self.engine.networks.present[self.name], "Containers": {}}
-
-    def reload(self) -> None:
-        pass
-
-    def remove(self) -> None:
-        del self.engine.networks.present[self.name]
-        self.engine.log.append(f"network rm {self.name}")
-
-
-@dataclass
-class FakeNetworks:
-    engine: FakeEngine
-    present: dict[str, dict[str, str]] = field(default_factory=dict)  # name: labels
-
-    def get(self, name: str) -> FakeNetwork:
-        if name not in self.present:
-            raise docker.errors.NotFound(f"network {name} not found")
-        return FakeNetwork(name, self.engine)
-
-    def list(
-        self, names: list[str] | None = None, filters: dict[str, list[str]] | None = None
-    ) -> list[FakeNetwork]:
-        wanted = [label.partition("=") for label in (filters or {}).get("label", [])]
-        return [
-            FakeNetwork(name, self.engine)
-            for name, labels in self.present.items()
-            if _matches(labels, wanted) and (names is None or name in names)
-        ]
-
-
-@dataclass
-class FakeEngine:
-    log: list[str] = field(default_factory=list)
-    containers: FakeContainers = field(default_factory=FakeContainers)
-    images: FakeImages = field(init=False)
-    networks: FakeNetworks = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.images = FakeImages(self)
-        self.networks = FakeNetworks(self)
-
-    def add_cloister(self, name: str, path: Path) -> None:
-        labels = {
-            **INSTANCE.labels,
-            stack.LABEL_CLOISTER: name,
-            stack.LABEL_PROJECT: name,
-            stack.LABEL_PATH: str(path),
-            stack.LABEL_BRANCH: "",
-        }
-        self.containers.items.append(FakeContainer(INSTANCE.cloister(name), labels, self))
+def add_cloister(engine: FakeEngine, name: str, path: Path) -> None:
+    labels = {
+        **INSTANCE.labels,
+        stack.LABEL_CLOISTER: name,
+        stack.LABEL_PROJECT: name,
+        stack.LABEL_PATH: str(path),
+        stack.LABEL_BRANCH: "",
+    }
+    engine.add_container(INSTANCE.cloister(name), labels)
 
 
 @dataclass(frozen=True)
@@ -202,7 +96,7 @@ def paths(env: dict[str, str]) -> CloisterPaths:
 
 
 @pytest.fixture
-def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEngine]:
     fake = FakeEngine()
     guardian = FakeGuardian(fake)
     hub = FakeHub()
@@ -210,20 +104,25 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     monkeypatch.setattr(Context, "guardian", property(lambda self: guardian))
     monkeypatch.setattr(Context, "hub", property(lambda self: hub))
     monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
-    return fake
+    yield fake
+    for listing in fake.called("containers.list"):  # by label, the stopped ones too
+        assert listing["all"]
+        assert "label" in listing["filters"]
 
 
 @pytest.fixture
 def installed(engine: FakeEngine, paths: CloisterPaths, tmp_path: Path) -> FakeEngine:
     """Two cloisters with their tokens, the images, the networks, config and data."""
     for name in ("api", "web"):
-        engine.add_cloister(name, tmp_path / "src" / name)
+        add_cloister(engine, name, tmp_path / "src" / name)
         write(paths.token_file(name), "{}")
-    engine.images.present = set(library.IMAGES)
-    engine.networks.present = {name: dict(INSTANCE.labels) for name in NETWORKS}
+    for tag in library.IMAGES:
+        engine.add_image(tag)
+    for name in NETWORKS:
+        engine.add_network(name, labels=INSTANCE.labels)
     # A cloister's network its stop did not remove, and another instance's stack.
     gone = {**INSTANCE.labels, stack.LABEL_CLOISTER: "gone"}
-    engine.networks.present[INSTANCE.cloister("gone")] = gone
+    engine.add_network(INSTANCE.cloister("gone"), labels=gone)
     write(paths.config_file, "defaults: {}\n")
     write(paths.audit_log, "")
     return engine
@@ -242,7 +141,7 @@ def run(env: dict[str, str], *args: str, stdin: str | None = None) -> Result:
 def test_removes_cloisters_guardian_images_and_networks(
     env: dict[str, str], paths: CloisterPaths, installed: FakeEngine
 ) -> None:
-    installed.networks.present[OTHER.egress_net] = dict(OTHER.labels)  # another guardian's
+    installed.add_network(OTHER.egress_net, labels=OTHER.labels)  # another guardian's
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output
     assert installed.log == [
@@ -255,8 +154,8 @@ def test_removes_cloisters_guardian_images_and_networks(
         f"network rm {INSTANCE.cloister('gone')}",
         *(f"network rm {name}" for name in NETWORKS),
     ]
-    assert OTHER.egress_net in installed.networks.present  # another's: left alone
-    assert installed.images.present == set(library.IMAGES)
+    assert OTHER.egress_net in installed.networks.by_name  # another's: left alone
+    assert installed.images.tags() == set(library.IMAGES)
     assert "kept image cloister-proxy:latest: other guardians use it: user " in result.output
     assert OTHER.id in result.output
     assert not paths.token_file("api").exists()
@@ -293,8 +192,8 @@ def test_removes_the_forwarders_of_cloister_port_before_the_images(
             stack.LABEL_FORWARD: cloister,
             stack.LABEL_FORWARD_PORT: str(port),
         }
-        installed.containers.items.append(
-            FakeContainer(INSTANCE.forwarder(cloister, port), labels, installed)
+        installed.add_container(
+            INSTANCE.forwarder(cloister, port), labels, image="cloister-proxy:latest"
         )
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output
@@ -306,7 +205,7 @@ def test_removes_the_forwarders_of_cloister_port_before_the_images(
     assert log.index(gone_forwarder) < log.index("rmi cloister-proxy:latest")
     assert f"removed container {INSTANCE.forwarder('gone', 3000)}\n" in result.output
     assert f"network rm {INSTANCE.ports_net}" in log
-    assert installed.containers.items == []
+    assert installed.containers.by_name == {}
 
 
 def test_the_plan_is_shown_and_confirmed_first(
@@ -356,7 +255,7 @@ def test_what_is_already_gone_is_said_and_is_no_failure(
 def test_a_failing_step_does_not_stop_the_others(
     env: dict[str, str], installed: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    installed.images.in_use = {"cloister-slim:latest"}
+    installed.add_container("x", image="cloister-slim:latest")  # keeps it in use
     monkeypatch.setattr(Context, "guardian", property(lambda self: FakeGuardian(installed, True)))
     result = run(env, "--yes", "--json")
     assert result.exit_code == 1
@@ -377,11 +276,11 @@ def test_the_guardians_leftover_containers_and_the_executor(
     env: dict[str, str], engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     label = {library.COMPOSE_PROJECT_LABEL: INSTANCE.project, **INSTANCE.labels}
-    engine.containers.items.append(FakeContainer(INSTANCE.service("proxy"), label, engine))
-    engine.containers.items.append(FakeContainer("unrelated", {"app": "db"}, engine))
+    engine.add_container(INSTANCE.service("proxy"), label)
+    engine.add_container("unrelated", {"app": "db"})
     # Another user's guardian on the same engine: not this uninstall's.
     theirs = {library.COMPOSE_PROJECT_LABEL: OTHER.project, **OTHER.labels}
-    engine.containers.items.append(FakeContainer(OTHER.service("proxy"), theirs, engine))
+    engine.add_container(OTHER.service("proxy"), theirs)
 
     @dataclass
     class State:
@@ -399,7 +298,7 @@ def test_the_guardians_leftover_containers_and_the_executor(
     assert result.exit_code == 0, result.output
     assert f"removed container {INSTANCE.service('proxy')}\n" in result.output
     assert "stopped the host executor (pid 4242)\n" in result.output
-    assert [c.name for c in engine.containers.items] == ["unrelated", OTHER.service("proxy")]
+    assert list(engine.containers.by_name) == ["unrelated", OTHER.service("proxy")]
     assert len(stopped) == 1
 
 
@@ -641,7 +540,7 @@ def test_sync_containers_a_killed_sync_left_are_removed(
         **INSTANCE.labels,
         stack.LABEL_SYNC: "gone",
     }  # of a cloister that is gone (a stop removes its own)
-    installed.containers.items.append(FakeContainer("cloister-sync-api-1", labels, installed))
+    installed.add_container("cloister-sync-api-1", labels)
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output
     assert "removed container cloister-sync-api-1\n" in result.output

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,6 @@ HOST_PATH = os.environ.get("PATH") or DEFAULT_PATH
 ANSWER: TypeAdapter[ExecResult | ExecRefusal] = TypeAdapter(ExecResult | ExecRefusal)
 # The daemon's own tasks, which run until it stops (not requests in flight).
 LONG_LIVED = frozenset({"ExecutorDaemon._accept", "SyncWatch.run"})
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT, what: str = "") -> None:
-    """Poll *condition* until true (a bounded wait on state, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.01)
 
 
 def process_gone(pid: int) -> bool:

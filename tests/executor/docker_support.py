@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -52,6 +51,7 @@ from cloister_cli.images import (
 )
 from cloister_cli.workspace import find_workspace
 from cloister_core.tokens import TokenRecord, write_token_file
+from tests.waiting import free_port
 
 GUARDIAN_ALIAS = "cloister-guardian"
 HUB_ALIAS = "approval"
@@ -151,13 +151,6 @@ def run_in(container: Container, argv: list[str], **kwargs: Any) -> ExecResult:
     if result.exit_code is None:
         raise StackError(f"{argv!r} has no exit code (still running?)")
     return ExecResult(result.exit_code, stdout or b"", stderr or b"", seconds)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def wait_healthy(container: Container, what: str, deadline_seconds: float = START_DEADLINE) -> None:
@@ -541,13 +534,3 @@ class GuardianStack:
         self.gateway.reload()
         address: str = self.gateway.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
         return address
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll *condition* until it returns something truthy; StackError past *timeout*."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise StackError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.05)
-    return value

@@ -43,8 +43,8 @@ from tests.executor.conftest import (
     exchange,
     parse_answer,
     process_gone,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 KILLED = "\nhostexec: killed after {:g}s (the command and its children)\n"
 
@@ -372,7 +372,9 @@ def test_stopping_the_daemon_kills_a_running_command(
         target=lambda: answers.append(exchange(harness.daemon.socket_path, line))
     )
     caller.start()
-    wait_until(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"))
+    wait_until(
+        lambda: pid_file.exists() and pid_file.read_text().endswith("\n"), TIMEOUT, "the pid file"
+    )
     pid = int(pid_file.read_text())
     # Cancelled mid-command, run_command kills the group but neither closes the pipe
     # transports nor waits for the process; now and then (a race with the child
@@ -386,11 +388,12 @@ def test_stopping_the_daemon_kills_a_running_command(
         warnings.simplefilter("always")
         harness.stop(finish_requests=False)
         caller.join(TIMEOUT)
-        wait_until(lambda: process_gone(pid), what=f"command {pid} to be killed")
+        wait_until(lambda: process_gone(pid), TIMEOUT, f"command {pid} to be killed")
         # asyncio's child watcher thread holds the transport until it has reaped the pid.
         wait_until(
             lambda: not any(t.name.startswith("waitpid-") for t in threading.enumerate()),
-            what="asyncio's child watcher to reap the command",
+            TIMEOUT,
+            "asyncio's child watcher to reap the command",
         )
         gc.collect()
     assert answers == [b""]  # shut down mid-command: the connection just closes
@@ -542,13 +545,14 @@ def test_a_sync_that_fails_unexpectedly_does_not_stop_the_daemon(
         ),
     )
     harness.start()
-    wait_until(lambda: calls == ["demo"], what="the watch's sync")
+    wait_until(lambda: calls == ["demo"], TIMEOUT, "the watch's sync")
     wait_until(
         lambda: (
             harness.paths.audit_log.exists()
             and "git.sync.failed" in harness.paths.audit_log.read_text(encoding="utf-8")
         ),
-        what="the failure in the audit log",
+        TIMEOUT,
+        "the failure in the audit log",
     )
     assert as_result(harness.request(["echo", "still here"])).stdout_text == "still here\n"
 
@@ -658,7 +662,7 @@ class ServeProcess:
         def listening() -> bool:
             return any("listening on" in line for line in self.lines)
 
-        wait_until(lambda: listening() or self.process.poll() is not None, what="listening")
+        wait_until(lambda: listening() or self.process.poll() is not None, TIMEOUT, "listening")
         assert listening(), self.lines
 
     def stop(self) -> int:
@@ -715,7 +719,7 @@ def test_no_tcp_listener_on_linux(serve_process: tuple[ServeProcess, DaemonHarne
     assert any(f"listening on {sock}" in line for line in process.lines)
 
     # The line comes first, the state file right after it.
-    wait_until(files.paths.executor_state.exists, what="executor.json")
+    wait_until(files.paths.executor_state.exists, TIMEOUT, "executor.json")
     state = ExecutorState.model_validate_json(files.paths.executor_state.read_bytes())
     assert state.pid == pid
     assert state.tcp is None

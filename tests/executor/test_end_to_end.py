@@ -39,8 +39,8 @@ from tests.executor.docker_support import (
     StackImages,
     StackOptions,
     build_images,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail

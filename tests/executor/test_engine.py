@@ -32,7 +32,8 @@ from cloister_executor.engine import (
     EngineError,
     Finished,
 )
-from tests.executor.conftest import wait_until
+from tests.executor.conftest import TIMEOUT
+from tests.waiting import wait_until
 
 IMAGE = "debian:bookworm-slim"
 LABEL = "org.cloister.test.engine"
@@ -180,7 +181,7 @@ def test_labels_name_and_host_config_while_it_runs(throwaway: Throwaway, tmp_pat
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(run, Engine(None), spec)
         try:
-            wait_until(lambda: bool(throwaway.containers()), what="the container")
+            wait_until(lambda: bool(throwaway.containers()), TIMEOUT, "the container")
             (container,) = throwaway.containers()
             attrs = container.attrs
         finally:

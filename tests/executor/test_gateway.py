@@ -34,7 +34,8 @@ from cloister_executor.gateway import (
     create_app,
 )
 from cloister_executor.locations import secret_path, socket_path
-from tests.approval.conftest import CREDENTIAL, Background, LiveHub, wait_for
+from tests.approval.conftest import CREDENTIAL, TIMEOUT, Background, LiveHub
+from tests.waiting import free_port, wait_until
 
 CONFIG = """hostexec:
   auto_approve:
@@ -196,7 +197,9 @@ def test_manual_approval_through_the_hub(world: dict[str, Any]) -> None:
     hub: LiveHub = world["hub"]
     with hub.human() as human:
         waiting = Background(lambda: post(world, {"args": ["git", "push", "origin", "main"]}))
-        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+        (item,) = wait_until(
+            lambda: human.get("/api/v1/pending").json()["commands"], TIMEOUT, "the held command"
+        )
         assert item["argv"] == ["git", "push", "origin", "main"]
         assert item["cwd"] == str(world["project"])
         assert item["command"] == "git push origin main"
@@ -207,7 +210,9 @@ def test_manual_approval_through_the_hub(world: dict[str, Any]) -> None:
         assert body["stderr"]
 
         waiting = Background(lambda: post(world, {"args": ["git", "push", "--force"]}))
-        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+        (item,) = wait_until(
+            lambda: human.get("/api/v1/pending").json()["commands"], TIMEOUT, "the held command"
+        )
         human.post(
             f"/api/v1/commands/{item['id']}/decision", json={"action": "deny", "reason": "not now"}
         )
@@ -227,19 +232,29 @@ def test_a_command_approved_beyond_once_runs_again_without_asking(
     push = {"args": ["git", "push", "origin", "main"]}
     with hub.human() as human:
         waiting = Background(lambda: post(world, push))
-        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+        (item,) = wait_until(
+            lambda: human.get("/api/v1/pending").json()["commands"], TIMEOUT, "the held command"
+        )
         decision = human.post(
             f"/api/v1/commands/{item['id']}/decision", json={"action": "approve", "scope": scope}
         ).json()
         assert waiting.join()[1]["status"] == "approved"
         # The same command again: from the decision file, nobody is asked (the policy
         # files are re-read at most twice a second).
-        wait_for(lambda: post(world, push)[1]["status"] == "auto_approved")
+        wait_until(
+            lambda: post(world, push)[1]["status"] == "auto_approved",
+            TIMEOUT,
+            "the push to be auto-approved",
+        )
         # Another command still waits for a human (and times out here).
         assert post(world, {"args": ["git", "push", "--force"]})[1]["status"] == "timeout"
         # Undone: the human is asked again.
         human.post(f"/api/v1/decisions/{decision['id']}/undo").raise_for_status()
-        wait_for(lambda: post(world, push)[1]["status"] == "timeout")
+        wait_until(
+            lambda: post(world, push)[1]["status"] == "timeout",
+            TIMEOUT,
+            "the push to wait for a human again",
+        )
 
 
 def test_a_stopped_cloister_forgets_its_session_commands(world: dict[str, Any]) -> None:
@@ -256,6 +271,7 @@ def test_executor_down_is_an_error(world: dict[str, Any]) -> None:
     _code, body = post(world, {"args": ["true"]})
     assert body["status"] == "error"
     assert "host executor unavailable" in body["reason"]
+    assert "`cloister guardian start`" in body["reason"]  # what the human does about it
 
 
 def test_audit_lines(world: dict[str, Any]) -> None:
@@ -343,7 +359,9 @@ def test_a_command_past_the_cloisters_share_is_refused_with_the_reason(
                 timeout=30,
             )
         )
-        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["domains"])
+        (item,) = wait_until(
+            lambda: human.get("/api/v1/pending").json()["domains"], TIMEOUT, "the held domain"
+        )
         code, body = post(world, {"args": ["git", "push"]})
         assert (code, body["status"]) == (200, "denied")
         assert body["reason"].startswith("not asked: the approval hub refused to hold it")
@@ -362,9 +380,7 @@ class LiveGateway:
     """The gateway served by uvicorn on 127.0.0.1: a real connection its client can close."""
 
     def __init__(self, settings: GatewaySettings) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port: int = probe.getsockname()[1]
+        self.port = free_port()
         settings = settings.model_copy(update={"host": "127.0.0.1", "port": self.port})
         config = uvicorn.Config(
             create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
@@ -372,7 +388,7 @@ class LiveGateway:
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)
         self._thread.start()
-        wait_for(lambda: self.server.started)
+        wait_until(lambda: self.server.started, TIMEOUT, "the gateway to start")
 
     def ask(self, token: str, argv: list[str]) -> socket.socket:
         """A connection with a request for *argv* sent on it (the answer left unread)."""
@@ -471,8 +487,10 @@ def test_a_client_that_hangs_up_cancels_its_question(
         assert not hub.gone.is_set()
         hang_up(client, how)
         assert hub.gone.wait(10), "the question to the hub was not cancelled"
-        (gone,) = wait_for(
-            lambda: [r for r in audit_of(world["audit"]) if r.get("status") == "client-gone"]
+        (gone,) = wait_until(
+            lambda: [r for r in audit_of(world["audit"]) if r.get("status") == "client-gone"],
+            TIMEOUT,
+            "the client-gone audit line",
         )
         assert gone == {
             "time": gone["time"],
@@ -507,10 +525,16 @@ def test_the_hub_withdraws_a_command_whose_client_went(
     try:
         with hub.human() as human:
             client = gateway.ask(near.secret, ["touch", "ran"])
-            (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+            (item,) = wait_until(
+                lambda: human.get("/api/v1/pending").json()["commands"], TIMEOUT, "the held command"
+            )
             assert (item["cloister"], item["argv"]) == ("near", ["touch", "ran"])
             hang_up(client, "close")
-            wait_for(lambda: not human.get("/api/v1/pending").json()["commands"])
+            wait_until(
+                lambda: not human.get("/api/v1/pending").json()["commands"],
+                TIMEOUT,
+                "the withdrawn command to go",
+            )
             assert any(
                 r["event"] == "approval.command.withdrawn" and r["id"] == item["id"]
                 for r in audit_of(hub_audit)
@@ -519,14 +543,20 @@ def test_the_hub_withdraws_a_command_whose_client_went(
                 f"/api/v1/commands/{item['id']}/decision", json={"action": "approve"}
             )
             assert refused.status_code >= 400
-            wait_for(
-                lambda: any(r.get("status") == "client-gone" for r in audit_of(world["audit"]))
+            wait_until(
+                lambda: any(r.get("status") == "client-gone" for r in audit_of(world["audit"])),
+                TIMEOUT,
+                "the client-gone audit line",
             )
             assert not (world["project"] / "ran").exists()
 
             # A client that stays gets its command run once a human approves it.
             with gateway.ask(near.secret, ["touch", "stayed"]) as staying:
-                (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["commands"])
+                (item,) = wait_until(
+                    lambda: human.get("/api/v1/pending").json()["commands"],
+                    TIMEOUT,
+                    "the held command",
+                )
                 human.post(
                     f"/api/v1/commands/{item['id']}/decision", json={"action": "approve"}
                 ).raise_for_status()

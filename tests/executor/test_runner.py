@@ -21,7 +21,8 @@ import pytest
 from cloister_executor import runner
 from cloister_executor.protocol import OUTPUT_CAP, ExecResult
 from cloister_executor.runner import run_command
-from tests.executor.conftest import HOST_PATH, process_gone, wait_until
+from tests.executor.conftest import HOST_PATH, TIMEOUT, process_gone
+from tests.waiting import wait_until
 
 ENV = {"PATH": HOST_PATH}
 
@@ -40,7 +41,11 @@ def run(
 
 
 def read_pid(path: Path) -> int:
-    wait_until(lambda: path.exists() and path.read_text(encoding="ascii").endswith("\n"))
+    wait_until(
+        lambda: path.exists() and path.read_text(encoding="ascii").endswith("\n"),
+        TIMEOUT,
+        f"a pid in {path}",
+    )
     return int(path.read_text(encoding="ascii"))
 
 
@@ -259,7 +264,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     child = read_pid(child_file)
     # The background child was in the command's group: killed with it. It may stay a
     # zombie (see process_gone), but it runs no more.
-    wait_until(lambda: process_gone(child), what=f"background child {child} to die")
+    wait_until(lambda: process_gone(child), TIMEOUT, f"background child {child} to die")
 
 
 def test_background_child_holding_stdout_is_bounded_by_the_timeout(tmp_path: Path) -> None:
@@ -280,7 +285,7 @@ def test_background_child_holding_stdout_is_bounded_by_the_timeout(tmp_path: Pat
     # The command itself exited 0; the notice on stderr says what was killed.
     assert result.exit_code == 0
     child = read_pid(child_file)
-    wait_until(lambda: process_gone(child), what=f"background child {child} to die")
+    wait_until(lambda: process_gone(child), TIMEOUT, f"background child {child} to die")
 
 
 def test_closed_pipes_do_not_end_the_wait_for_the_command(tmp_path: Path) -> None:
@@ -303,7 +308,7 @@ def test_detached_leftovers_are_killed_when_the_command_ends(tmp_path: Path) -> 
     assert result.stdout_text == "done\n"
     assert result.duration_ms < 5000
     child = read_pid(child_file)
-    wait_until(lambda: process_gone(child), what=f"left-over child {child} to die")
+    wait_until(lambda: process_gone(child), TIMEOUT, f"left-over child {child} to die")
 
 
 def open_transports() -> set[asyncio.BaseTransport]:
@@ -336,7 +341,7 @@ def test_a_process_escaping_the_group_does_not_hang_the_runner(
         finally:
             escaped = read_pid(escaped_file)
             os.kill(escaped, signal.SIGKILL)
-            wait_until(lambda: process_gone(escaped))
+            wait_until(lambda: process_gone(escaped), TIMEOUT, f"escaped process {escaped} to die")
         for transport in leaked:  # close them here, or their __del__ fails the next test
             transport.close()
         loop.run(asyncio.sleep(0))

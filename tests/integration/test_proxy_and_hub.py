@@ -9,8 +9,9 @@ import pytest
 from pydantic import SecretStr
 
 from cloister_core.config import load_decision_file
-from tests.approval.conftest import CREDENTIAL, Background, LiveHub, wait_for
+from tests.approval.conftest import CREDENTIAL, TIMEOUT, Background, LiveHub
 from tests.proxy.support import LOCAL_ALLOW, ProxyHarness, ThreadedServer, echo, open_tunnel
+from tests.waiting import wait_until
 
 
 def proxy_allows(proxy: ProxyHarness, host: str, port: int) -> bool:
@@ -44,7 +45,9 @@ def test_a_held_request_is_released_by_a_project_decision(
     target = f"localhost:{upstream.port}"
     with hub.human() as human:
         held = Background(lambda: open_tunnel(proxy, target, record.secret))
-        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["domains"])
+        (item,) = wait_until(
+            lambda: human.get("/api/v1/pending").json()["domains"], TIMEOUT, "the held domain"
+        )
         assert (item["cloister"], item["project"], item["host"]) == ("api-main", "api", "localhost")
         decision = human.post(
             f"/api/v1/domains/{item['id']}/decision", json={"action": "allow", "scope": "project"}
@@ -61,9 +64,15 @@ def test_a_held_request_is_released_by_a_project_decision(
         assert human.get("/api/v1/pending").json()["domains"] == []
         # Undo removes the entry; the proxy reloads it and holds the host again.
         human.post(f"/api/v1/decisions/{decision['id']}/undo")
-        wait_for(lambda: not proxy_allows(proxy, "localhost", upstream.port))
+        wait_until(
+            lambda: not proxy_allows(proxy, "localhost", upstream.port),
+            TIMEOUT,
+            "the proxy to hold the host again",
+        )
         again = Background(lambda: open_tunnel(proxy, target, record.secret))
-        (item,) = wait_for(lambda: human.get("/api/v1/pending").json()["domains"])
+        (item,) = wait_until(
+            lambda: human.get("/api/v1/pending").json()["domains"], TIMEOUT, "the held domain"
+        )
         human.post(
             f"/api/v1/domains/{item['id']}/decision", json={"action": "deny", "scope": "once"}
         )

@@ -16,7 +16,6 @@ import json
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +33,7 @@ from cloister_proxy.netinfo import OwnNetworks, own_addresses
 from cloister_proxy.server import ProxyServer
 from cloister_proxy.settings import ProxySettings
 from cloister_proxy.state import ProxyState
+from tests.waiting import wait_until
 
 TIMEOUT = 10.0
 LOCAL_ALLOW = 'allow_private_networks: ["127.0.0.0/8", "::1/128"]'
@@ -41,15 +41,6 @@ LOCAL_ALLOW = 'allow_private_networks: ["127.0.0.0/8", "::1/128"]'
 
 def basic(token: str, user: str = "cloister") -> str:
     return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT, what: str = "") -> None:
-    """Poll *condition* until true (a bounded wait on state, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.01)
 
 
 # --- the proxy --------------------------------------------------------------------------
@@ -101,7 +92,7 @@ class ProxyHarness:
         return [json.loads(line) for line in self.audit_path.read_text("utf-8").splitlines()]
 
     def wait_for_audit(self, count: int) -> list[dict[str, Any]]:
-        wait_until(lambda: len(self.audit()) >= count, what=f"{count} audit lines")
+        wait_until(lambda: len(self.audit()) >= count, TIMEOUT, f"{count} audit lines")
         return self.audit()
 
     # lifecycle

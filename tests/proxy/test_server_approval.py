@@ -13,14 +13,15 @@ from cloister_core.hub import DomainDecision, DomainRequest
 from cloister_core.paths import CloisterPaths
 from tests.proxy.support import (
     LOCAL_ALLOW,
+    TIMEOUT,
     FakeHub,
     ProxyHarness,
     ThreadedServer,
     connect_request,
     open_tunnel,
     read_response,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 # "localhost" resolves to 127.0.0.1 (allowed as a private network here) but is on no
 # allowlist, so a CONNECT to it is the "unknown domain" case, end to end.
@@ -174,10 +175,14 @@ def test_concurrent_requests_share_one_pending_item(
     clients = [harness.connect() for _ in range(8)]
     for sock in clients:
         sock.sendall(connect_request(f"localhost:{echo_server.port}", record.secret))
-    wait_until(lambda: len(hub.requests) == 1)
+    wait_until(lambda: len(hub.requests) == 1, TIMEOUT, "the request at the hub")
     server = harness.server
     assert server is not None
-    wait_until(lambda: server._approvals is not None and server._approvals.pending == 1)
+    wait_until(
+        lambda: server._approvals is not None and server._approvals.pending == 1,
+        TIMEOUT,
+        "one pending approval",
+    )
     decider.release.set()
     for sock in clients:
         with sock:

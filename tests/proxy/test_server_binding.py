@@ -14,8 +14,8 @@ from tests.proxy.support import (
     ThreadedServer,
     connect_request,
     read_response,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 
 def connect_from(harness: ProxyHarness, source: str) -> socket.socket:
@@ -47,7 +47,7 @@ def test_another_cloisters_token_is_refused(
     # The victim's own log has its own tunnel, not the refusal of its token elsewhere.
     log = harness.root / "logs" / "victim.log"
     # Written just after audit.log, by the proxy's thread.
-    wait_until(lambda: log.exists() and log.read_bytes().endswith(b"\n"), what="its log")
+    wait_until(lambda: log.exists() and log.read_bytes().endswith(b"\n"), TIMEOUT, "its log")
     own = log.read_text(encoding="utf-8").splitlines()
     assert [json.loads(text)["peer"] for text in own] == ["127.0.0.2"]
     assert json.loads(own[0])["cloister"] == "victim"

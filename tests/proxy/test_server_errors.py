@@ -9,6 +9,7 @@ import pytest
 
 from tests.proxy.conftest import local_config
 from tests.proxy.support import (
+    TIMEOUT,
     ProxyHarness,
     ThreadedServer,
     basic,
@@ -16,8 +17,8 @@ from tests.proxy.support import (
     is_closed,
     open_tunnel,
     read_response,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 
 def exchange(harness: ProxyHarness, raw: bytes) -> tuple[int, bytes]:
@@ -110,7 +111,7 @@ def test_unreachable_upstream_gets_502(harness: ProxyHarness) -> None:
     harness.reload()
     request = connect_request(f"no-such-host.invalid:{free_port}", token)
     # The reload is asynchronous: wait until the new rule is in force.
-    wait_until(lambda: exchange(harness, request)[0] != 403)
+    wait_until(lambda: exchange(harness, request)[0] != 403, TIMEOUT, "the reloaded config")
     status, body = exchange(harness, request)
     assert status == 502
     assert b"cannot resolve" in body

@@ -15,11 +15,12 @@ import pytest
 
 from tests.approval.conftest import CREDENTIAL, LiveHub
 from tests.proxy.support import (
+    TIMEOUT,
     ProxyHarness,
     connect_request,
     read_response,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 
 def proxy_config(share: int) -> str:
@@ -63,7 +64,7 @@ def test_a_cloisters_surplus_is_refused_and_others_still_reach_the_hub(
     with hub.human() as human:
         held = [hold(harness, busy.secret, f"h{n}.test") for n in range(3)]
         try:
-            wait_until(lambda: len(pending(human)) == 3, what="3 held items")
+            wait_until(lambda: len(pending(human)) == 3, TIMEOUT, "3 held items")
             status, reason, body = refused(harness, busy.secret, "h3.test")
             assert (status, reason) == (429, "too-many-held")
             assert body == (
@@ -75,14 +76,16 @@ def test_a_cloisters_surplus_is_refused_and_others_still_reach_the_hub(
             held.append(other)
             wait_until(
                 lambda: any(item["cloister"] == "quiet" for item in pending(human)),
-                what="the other cloister's item",
+                TIMEOUT,
+                "the other cloister's item",
             )
             # A held client hangs up: its item leaves the hub, and its place is free.
             gone = held.pop(0)
             gone.close()
             wait_until(
                 lambda: "h0.test" not in {item["host"] for item in pending(human)},
-                what="the withdrawn item",
+                TIMEOUT,
+                "the withdrawn item",
             )
             held.append(hold(harness, busy.secret, "h4.test"))
             wait_until(
@@ -90,7 +93,8 @@ def test_a_cloisters_surplus_is_refused_and_others_still_reach_the_hub(
                     {item["host"] for item in pending(human)}
                     == {"h1.test", "h2.test", "h4.test", "q.test"}
                 ),
-                what="h4 in h0's place",
+                TIMEOUT,
+                "h4 in h0's place",
             )
             for item in pending(human):
                 human.post(
@@ -124,12 +128,12 @@ def test_the_hubs_own_refusal_reaches_the_client(tmp_path: Path, harness: ProxyH
         record = harness.add_token("busy", "api")
         harness.start(hub_url=small.url, approval_credential=CREDENTIAL)
         with small.human() as human, hold(harness, record.secret, "h0.test") as first:
-            wait_until(lambda: len(pending(human)) == 1, what="the held item")
+            wait_until(lambda: len(pending(human)) == 1, TIMEOUT, "the held item")
             status, reason, body = refused(harness, record.secret, "h1.test")
             assert (status, reason) == (429, "too-many-held")
             assert b"the approval hub refused to hold another request (cloister 'busy'" in body
             assert b"max_held_per_cloister: 1" in body
             first.close()
-            wait_until(lambda: pending(human) == [], what="the withdrawn item")
+            wait_until(lambda: pending(human) == [], TIMEOUT, "the withdrawn item")
     finally:
         small.stop()

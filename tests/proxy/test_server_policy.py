@@ -14,6 +14,7 @@ import pytest
 from tests.proxy.conftest import local_config
 from tests.proxy.support import (
     LOCAL_ALLOW,
+    TIMEOUT,
     ProxyHarness,
     ThreadedServer,
     basic,
@@ -22,8 +23,8 @@ from tests.proxy.support import (
     open_tunnel,
     read_response,
     recv_exactly,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 
 def status_of(harness: ProxyHarness, target: str, token: str | None) -> tuple[int, str | None]:
@@ -101,13 +102,17 @@ def test_token_file_takes_effect_and_revocation_closes_tunnels(
     target = f"127.0.0.1:{echo_server.port}"
     record = harness.add_token("late")
     # Works within one second of the file appearing.
-    wait_until(lambda: status_of(harness, target, record.secret)[0] == 200, timeout=1.0)
+    wait_until(
+        lambda: status_of(harness, target, record.secret)[0] == 200, 1.0, "the allowing config"
+    )
     sock, response = open_tunnel(harness, target, record.secret)
     assert response.status == 200
     with sock:
         harness.remove_token("late")
         # Stops working within one second, and the open tunnel is closed too.
-        wait_until(lambda: status_of(harness, target, record.secret)[0] == 407, timeout=1.0)
+        wait_until(
+            lambda: status_of(harness, target, record.secret)[0] == 407, 1.0, "the revocation"
+        )
         assert is_closed(sock, timeout=1.0)
     assert any("revoked" in message for message in harness.messages)
 
@@ -173,7 +178,9 @@ def test_sighup_reloads_a_running_proxy_process(
         assert status_of(harness, target, record.secret)[0] == 403  # not allowed yet
         harness.write_config(local_config(echo_server.port))
         process.send_signal(signal.SIGHUP)
-        wait_until(lambda: status_of(harness, target, record.secret)[0] == 200, timeout=2.0)
+        wait_until(
+            lambda: status_of(harness, target, record.secret)[0] == 200, 2.0, "the new token"
+        )
     finally:
         process.terminate()
         assert process.wait(10) == 0
@@ -200,7 +207,11 @@ def test_scopes_and_deny_beats_allow(harness: ProxyHarness, echo_server: Threade
     assert status_of(harness, f"127.0.0.1:{port}", other.secret) == (403, "port-not-allowed")
     # A deny in the project's decision file beats the global allow.
     harness.write_config("deny: [{domain: localhost}]\n", "decisions/projects/api.yaml")
-    wait_until(lambda: status_of(harness, f"localhost:{port}", api.secret) == (403, "denied"))
+    wait_until(
+        lambda: status_of(harness, f"localhost:{port}", api.secret) == (403, "denied"),
+        TIMEOUT,
+        "the denial",
+    )
     assert status_of(harness, f"localhost:{port}", other.secret) == (200, None)
     _status, headers, body = refusal(harness, f"localhost:{port}", api.secret)
     assert headers["x-cloister-reason"] == "denied"
@@ -219,7 +230,9 @@ def test_config_reload_keeps_open_tunnels(
     with sock:
         harness.write_config("proxy:\n  allow: []\n")
         wait_until(
-            lambda: status_of(harness, f"127.0.0.1:{echo_server.port}", record.secret)[0] == 403
+            lambda: status_of(harness, f"127.0.0.1:{echo_server.port}", record.secret)[0] == 403,
+            TIMEOUT,
+            "the refusal",
         )
         sock.sendall(b"still here")
         assert recv_exactly(sock, 10) == b"still here"
@@ -234,7 +247,11 @@ def test_broken_config_keeps_the_last_good_policy(
     target = f"127.0.0.1:{echo_server.port}"
     assert status_of(harness, target, record.secret)[0] == 200
     harness.write_config("proxy:\n  allow: [\n")
-    wait_until(lambda: any("configuration error" in m for m in harness.messages))
+    wait_until(
+        lambda: any("configuration error" in m for m in harness.messages),
+        TIMEOUT,
+        "the configuration error",
+    )
     assert status_of(harness, target, record.secret)[0] == 200
     assert any("config.yaml:" in m for m in harness.messages)
 
@@ -295,7 +312,11 @@ def test_the_proxy_will_not_connect_to_itself(harness: ProxyHarness) -> None:
     harness.write_config(
         f"proxy:\n  allow: [{{domain: 127.0.0.1, ports: [{own_port}]}}]\n  {LOCAL_ALLOW}\n"
     )
-    wait_until(lambda: refusal(harness, f"127.0.0.1:{own_port}", record.secret)[0] == 403)
+    wait_until(
+        lambda: refusal(harness, f"127.0.0.1:{own_port}", record.secret)[0] == 403,
+        TIMEOUT,
+        "the refusal",
+    )
 
 
 @pytest.mark.parametrize("target", ["[::ffff:127.0.0.1]:443", "[64:ff9b::7f00:1]:443", "[::1]:443"])

@@ -20,7 +20,8 @@ from cloister_proxy.credentials.server import CredentialGateway
 from cloister_proxy.credentials.settings import CredentialSettings
 from cloister_proxy.credentials.state import CredentialState
 from cloister_proxy.netinfo import OwnNetworks, own_addresses
-from tests.proxy.support import LOCAL_ALLOW, TIMEOUT, wait_until
+from tests.proxy.support import LOCAL_ALLOW, TIMEOUT
+from tests.waiting import wait_until
 
 REAL_KEY = "sk-ant-api03-the-real-key-0123456789"
 
@@ -63,7 +64,7 @@ class GatewayHarness:
         return [json.loads(line) for line in self.audit_path.read_text("utf-8").splitlines()]
 
     def wait_for_audit(self, count: int) -> list[dict[str, Any]]:
-        wait_until(lambda: len(self.audit()) >= count, what=f"{count} audit lines")
+        wait_until(lambda: len(self.audit()) >= count, TIMEOUT, f"{count} audit lines")
         return self.audit()
 
     def start(self, **overrides: Any) -> None:

@@ -23,8 +23,8 @@ from tests.proxy.support import (
     parse_head,
     read_head,
     read_response,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 SSE_EVENTS = [
     b'event: message_start\ndata: {"type": "message_start"}\n\n',
@@ -159,7 +159,7 @@ def test_chunk_extensions_and_trailers_never_reach_the_upstream(
     with socket.create_connection(gateway.address, timeout=TIMEOUT) as sock:
         sock.sendall(head + b'6;ext=one\r\n{"a": \r\n')
         # the first chunk goes on before the rest of the body is sent: still streamed
-        wait_until(lambda: b'{"a": ' in b"".join(upstream.raw), what="the first chunk")
+        wait_until(lambda: b'{"a": ' in b"".join(upstream.raw), TIMEOUT, "the first chunk")
         sock.sendall(b'2 ; x="y;z"\r\n1}\r\n0;end\r\nX-Trailer: t\r\nCookie: c=1\r\n\r\n')
         response = read_response(sock)
     assert response.status == 200
@@ -481,7 +481,7 @@ def test_a_cloister_is_capped_for_the_life_of_its_connections_and_another_is_ser
     try:
         for sock in opened[:3]:
             sock.sendall(slow_head(record.secret))
-        wait_until(lambda: patient.connections == 3, what="three upstream connections")
+        wait_until(lambda: patient.connections == 3, TIMEOUT, "three upstream connections")
         # The fourth, opened before the cloister was full: refused at its request.
         opened[3].sendall(slow_head(record.secret))
         response = read_response(opened[3])
@@ -499,7 +499,11 @@ def test_a_cloister_is_capped_for_the_life_of_its_connections_and_another_is_ser
         assert served.status_code == 200
         assert patient.connections == 4  # the three held, and the other cloister's
         opened.pop(0).close()  # one held connection closes: room for one more
-        wait_until(lambda: gateway.gateway is not None and gateway.gateway.held("api") == 2)
+        wait_until(
+            lambda: gateway.gateway is not None and gateway.gateway.held("api") == 2,
+            TIMEOUT,
+            "two held connections",
+        )
         assert messages(gateway, record.secret).status_code == 200
     finally:
         for sock in opened:
@@ -524,7 +528,11 @@ def test_a_slow_body_is_cut_off_after_the_body_timeout(
         assert is_closed(sock)
     (line,) = gateway.wait_for_audit(1)
     assert (line["cloister"], line["status"]) == ("api", 408)
-    wait_until(lambda: gateway.gateway is not None and gateway.gateway.held("api") == 0)
+    wait_until(
+        lambda: gateway.gateway is not None and gateway.gateway.held("api") == 0,
+        TIMEOUT,
+        "no held connection",
+    )
 
 
 def test_a_kept_alive_connection_sends_its_next_head_within_the_header_timeout(

@@ -412,7 +412,10 @@ def create(
             client,
             instance,
             network,
-            lambda: client.containers.run(**container_plan.run_kwargs()),
+            lambda: client.containers.run(
+                **container_plan.run_kwargs(),
+                networking_config=networks.endpoint_config(client, network),
+            ),
         )
     except (docker.errors.APIError, docker.errors.ImageNotFound) as error:
         networks.remove_unused(client, instance, container_plan.name)

@@ -10,6 +10,7 @@ so they import none of them (a test keeps the summaries equal to the commands' h
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -48,6 +49,11 @@ COMMANDS = {
     ),
     "port": Entry(
         "port:port", "Publish a cloister's port (a dev server) on this machine's 127.0.0.1."
+    ),
+    "doctor": Entry(
+        "doctor:doctor",
+        "Check that a cloister is sealed: try from inside what an agent would try to get out.",
+        False,
     ),
     "review": Entry(
         "review:review",
@@ -98,6 +104,9 @@ COMMANDS = {
         "Remove Cloister from this machine: its cloisters, guardian, images and networks.",
     ),
 }
+
+
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk, or the user's quota
 
 
 def _summary(name: str) -> click.Command:
@@ -162,6 +171,14 @@ class CloisterGroup(click.Group):
             # its control characters are escaped, line by line.
             lines = str(error).split("\n")
             raise click.ClickException("\n".join(printable(line) for line in lines)) from None
+        except OSError as error:
+            if error.errno not in FULL:
+                raise
+            # The machine's state, not a bug: what failed, and what to do (no traceback).
+            where = f": {error.filename}" if error.filename else ""
+            raise click.ClickException(
+                printable(f"{error.strerror}{where}; free some space and run it again")
+            ) from None
 
 
 @click.group(cls=CloisterGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -15,6 +15,12 @@ Its subnet is explicit: the first ``/guardian.network_prefix`` of
 included). Two starts at once may pick the same one; the engine then refuses the
 second, which takes the next.
 
+The cloister's own address on it is fixed: the subnet's last host address (the services
+take the lowest free ones). Its token is bound to that address, so a container the engine
+starts again (after a restart of the engine, or ``docker restart`` while the guardian
+was down) comes back with the address its token names, rather than one a service held
+meanwhile.
+
 The engine does one network change at a time, so the work is laid out to wait on it as
 little as possible: the services join while the cloister's container is made
 (:func:`run_with_services`), and leave while it is removed (:func:`remove`).
@@ -68,6 +74,20 @@ def subnets(attrs: dict[str, Any]) -> list[ipaddress.IPv4Network]:
             if isinstance(network, ipaddress.IPv4Network):
                 found.append(network)
     return found
+
+
+def cloister_address_on(network: Network) -> str:
+    """The address the cloister has on its *network*: the subnet's last host address."""
+    found = subnets(network.attrs)
+    if not found:
+        raise NetworkError(f"network {network.name!r} has no IPv4 subnet")
+    return str(found[0].broadcast_address - 1)
+
+
+def endpoint_config(client: docker.DockerClient, network: Network) -> dict[str, Any]:
+    """``networking_config`` for the cloister's container: its fixed address on *network*."""
+    config = client.api.create_endpoint_config(ipv4_address=cloister_address_on(network))
+    return {str(network.name): config}
 
 
 def taken_subnets(listed: list[dict[str, Any]]) -> list[ipaddress.IPv4Network]:

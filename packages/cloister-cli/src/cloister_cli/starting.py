@@ -21,6 +21,7 @@ from cloister_cli import (
     agentstate,
     cloisters,
     devoverrides,
+    doctor,
     git,
     gitdirs,
     projectimages,
@@ -438,6 +439,21 @@ def keep_snapshot(
     return record.id
 
 
+def check_engine(context: Context, name: str, warnings: list[str]) -> None:
+    """On an engine this data directory has not seen pass (:func:`doctor.check_new_engine`):
+    a cloister that can get out is stopped, and the start fails naming what failed."""
+    try:
+        failed = doctor.check_new_engine(
+            context.docker, context.instance, context.paths, context.config, name
+        )
+    except doctor.DoctorError as error:
+        warnings.append(f"the start check of this engine could not run: {error}")
+        return
+    if failed:
+        stop(context, name)
+        raise CloisterStartError(doctor.start_failure(name, failed))
+
+
 def start(
     context: Context,
     directory: Path,
@@ -550,6 +566,7 @@ def start(
         safeguards.remove_marker(context.paths, name)
         raise
     shape.save_approved(context.paths, workspace.project.name, approved)
+    check_engine(context, name, warnings)
     return StartOutcome(
         name,
         container.name or plan.container,

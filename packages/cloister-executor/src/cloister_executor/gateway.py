@@ -403,7 +403,11 @@ class Gateway:
             result = await self._executor.run(record.secret, argv, limit.total_seconds())
         except ExecutorUnavailableError as error:
             self._log("hostexec.complete", who, status="error", reason=str(error))
-            return HostexecOut(status="error", reason=f"host executor unavailable: {error}")
+            return HostexecOut(
+                status="error",
+                reason=f"host executor unavailable: {error}; on the host,"
+                " `cloister guardian start` starts it again",
+            )
         if isinstance(result, ExecRefusal):
             self._log("hostexec.complete", who, status="error", reason=result.reason)
             return HostexecOut(status="error", reason=f"host executor refused: {result.reason}")

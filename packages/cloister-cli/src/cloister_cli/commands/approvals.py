@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cloister_cli import completion_sources
-from cloister_cli.commands.output import console, print_json
+from cloister_cli.commands.output import console, print_json, warn
 from cloister_cli.lifecycle import Context
 from cloister_core.printable import printable
 
@@ -109,7 +109,7 @@ def approvals_allow(
     """
     hub = context.hub_at(hub_url)
     decision = hub.decide(item_id, allow=True, scope=scope, wildcard=wildcard, reason=None)
-    click.echo(printable(decision["summary"]))
+    _print_decision(decision)
 
 
 @approvals.command("deny")
@@ -143,4 +143,11 @@ def approvals_deny(
     decision = context.hub_at(hub_url).decide(
         item_id, allow=False, scope=scope, wildcard=wildcard, reason=reason
     )
+    _print_decision(decision)
+
+
+def _print_decision(decision: dict[str, Any]) -> None:
+    """The hub's summary, and its warning (a scope it could not save, say: a full disk)."""
     click.echo(printable(decision["summary"]))
+    if decision.get("warning"):
+        warn(printable(str(decision["warning"])))
