@@ -4,7 +4,7 @@ Drives the real CLI (the ``cloister`` console script of this environment) with t
 config and data directories, the ``cloister-slim`` image and a guardian of their own (its
 UI on a free port), against the local Docker engine. Measured, as wall time from
 launching the command until it exits: ``cloister doctor NAME --json`` on one running
-cloister, and the part the command reports as its checks (``seconds``: the probe inside
+cloister, and the part the command reports as its checks (``seconds``: the probe's sidecar
 and the engine's checks, without Python's start-up). Every run must pass every check.
 Target: at most 10 s. Also: what the once-per-engine check adds to the first start
 (the first ``start -d`` of a data directory against the second, after a stop).

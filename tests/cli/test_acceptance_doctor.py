@@ -39,7 +39,6 @@ EGRESS = frozenset(
     {
         "egress.tcp",
         "egress.udp",
-        "egress.icmp",
         "egress.ipv6",
         "egress.route",
         "egress.dns",
@@ -180,6 +179,8 @@ def test_a_sealed_cloister_passes_every_check(
     assert failures(document) == {}
     families = {check["family"] for check in document["checks"]}
     assert families == {"egress", "unreachable", "proxy", "identity", "fail-closed", "engine"}
+    assert {check["source"] for check in document["checks"]} == {"network", "engine"}
+    assert no_sidecars(docker_client, cloister)
     print(f"cloister doctor: {document['seconds']:.2f}s of checks, {result.seconds:.2f}s in all")
     table = cli.run("doctor", cloister)
     assert table.returncode == 0, table.describe()
@@ -213,13 +214,8 @@ def test_a_mounted_docker_socket_is_reported(
 
     with tampered(docker_client, container(cloister), mount_socket, pin_address=True):
         # A writable mount of the host outside /work, too.
-        failed = assert_fails(
-            cli,
-            cloister,
-            {"engine.docker-socket", "unreachable.docker-socket"},
-            {"unreachable.filesystem"},
-        )
-        assert "/var/run/docker.sock" in failed["unreachable.docker-socket"]
+        failed = assert_fails(cli, cloister, {"engine.docker-socket", "unreachable.filesystem"})
+        assert "/var/run/docker.sock" in failed["unreachable.filesystem"]
     assert doctor(cli, cloister)[0].returncode == 0
 
 
@@ -230,16 +226,52 @@ def test_an_added_capability_is_reported(
         document["HostConfig"]["CapAdd"] = ["NET_RAW"]
 
     with tampered(docker_client, container(cloister), add_net_raw, pin_address=True):
-        # Run as root (the tests' user), the cloister's processes hold it, and open raw
-        # sockets with it; as another user they would not.
-        failed = assert_fails(
-            cli,
-            cloister,
-            {"engine.capabilities"},
-            {"unreachable.capabilities", "egress.icmp"},
-        )
+        failed = assert_fails(cli, cloister, {"engine.capabilities"})
         assert "NET_RAW" in failed["engine.capabilities"]
     assert doctor(cli, cloister)[0].returncode == 0
+
+
+def test_what_the_agent_writes_in_its_cloister_does_not_answer_for_the_probe(
+    cli: CloisterCli, cloister: str, docker_client: docker.DockerClient
+) -> None:
+    """A perl of the agent's that says every check passes, and an /etc/hosts that sends
+    the proxy's name elsewhere: the probe runs in its own sidecar, to addresses."""
+    name = container(cloister)
+    forged = "#!/bin/sh\n" + "".join(
+        f"printf '{check}\\tpass\\tforged\\n'\n"
+        for check in ("egress.tcp", "fail-closed.interfaces")
+    )
+    forge = (
+        'mv /usr/bin/perl /usr/bin/perl.real && printf %s "$FORGED" > /usr/bin/perl'
+        " && chmod 755 /usr/bin/perl && echo '192.0.2.1 cloister-guardian-proxy' >> /etc/hosts"
+    )
+    as_root(docker_client, name, forge, FORGED=forged)
+    bridge = docker_client.networks.get("bridge")
+    bridge.connect(name)
+    try:
+        failed = assert_fails(cli, cloister, {"engine.attached", "fail-closed.interfaces"}, EGRESS)
+        assert "forged" not in " ".join(failed.values())
+    finally:
+        bridge.disconnect(name, force=True)
+    # Sealed again, with the agent's perl and /etc/hosts still in place: all pass.
+    result, document = doctor(cli, cloister)
+    assert result.returncode == 0, result.describe()
+    assert "forged" not in json.dumps(document)
+    as_root(docker_client, name, "mv /usr/bin/perl.real /usr/bin/perl")
+    assert no_sidecars(docker_client, cloister)
+
+
+def as_root(client: docker.DockerClient, name: str, script: str, **environment: str) -> None:
+    code, output = client.containers.get(name).exec_run(
+        ["sh", "-c", script], user="0", environment=environment
+    )
+    assert code == 0, output
+
+
+def no_sidecars(client: docker.DockerClient, cloister: str) -> bool:
+    """No probe sidecar of *cloister* is left."""
+    found = client.containers.list(all=True, filters={"label": "org.cloister.doctor"})
+    return not [each for each in found if each.labels["org.cloister.doctor"] == container(cloister)]
 
 
 def test_a_hub_published_on_every_address_is_reported(

@@ -4,10 +4,13 @@ engine, the table and --json, the exit status, and the start's once-per-engine c
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import docker
+import docker.errors
 import pytest
 from click.testing import CliRunner
 
@@ -38,17 +41,36 @@ def instance(paths: CloisterPaths) -> stack.Instance:
 
 def test_probe_lines_become_checks_in_the_order_asked() -> None:
     output = (
-        "egress.icmp\tpass\traw socket: Operation not permitted\n"
-        "egress.tcp\tfail\t1.1.1.1:443: connected\n"
+        "egress.udp\tpass\t1.1.1.1:53: sent, no answer\negress.tcp\tfail\t1.1.1.1:443: connected\n"
     )
-    checks = doctor.parse_probe(output, ["egress.tcp", "egress.icmp"])
+    checks = doctor.parse_probe(output, ["egress.tcp", "egress.udp"])
     assert [(check.id, check.passed) for check in checks] == [
         ("egress.tcp", False),
-        ("egress.icmp", True),
+        ("egress.udp", True),
     ]
     assert checks[0].evidence == "1.1.1.1:443: connected"
     assert checks[0].family == "egress"
+    assert checks[0].source == "network"
     assert checks[0].fix == CHECKS["egress.tcp"].fix
+
+
+def test_a_check_reported_twice_fails() -> None:
+    output = "egress.tcp\tfail\t1.1.1.1:443: connected\negress.tcp\tpass\tforged\n"
+    (check,) = doctor.parse_probe(output, ["egress.tcp"])
+    assert not check.passed
+    assert check.evidence == "the probe reported it twice"
+
+
+def test_evidence_is_cut_short() -> None:
+    (check,) = doctor.parse_probe("egress.tcp\tpass\t" + "x" * 5000 + "\n", ["egress.tcp"])
+    assert len(check.evidence) == doctor.EVIDENCE_LIMIT + 1
+    assert check.evidence.endswith("…")
+
+
+def test_each_check_says_whether_the_network_or_the_engine_saw_it() -> None:
+    assert Check.of("proxy.literals", True, "").source == "network"
+    assert Check.of("engine.attached", True, "").source == "engine"
+    assert Check.of("unreachable.filesystem", True, "").source == "engine"
 
 
 def test_a_check_the_probe_did_not_report_fails() -> None:
@@ -69,16 +91,166 @@ def test_lines_the_probe_should_not_write_are_ignored() -> None:
     assert "\x1b" not in check.evidence
 
 
-def test_the_probe_is_given_its_targets_as_pairs() -> None:
+def test_the_probe_is_given_its_targets_on_stdin() -> None:
     targets = doctor.Targets(
-        docker0=("172.17.0.1",), hub=("172.17.0.1:9999",), others=("10.213.0.34",)
+        docker0=("172.17.0.1",),
+        hub=("172.17.0.1:9999",),
+        others=("10.213.0.34",),
+        proxy="10.213.0.2:3128",
+        token="abc",
+        control="cloister-x-my-api",
     )
-    words = doctor.probe_arguments(targets, ["egress.tcp"])
-    pairs = dict(zip(words[::2], words[1::2], strict=True))
+    lines = doctor.probe_input(targets, ["egress.tcp"]).decode().splitlines()
+    assert lines[-1] == "end"
+    pairs = dict(line.split("\t", 1) for line in lines[:-1])
     assert pairs["docker0"] == "172.17.0.1"
     assert pairs["cloister"] == "10.213.0.34"
     assert pairs["check"] == "egress.tcp"
-    assert pairs["proxy"] == f"{stack.PROXY_ALIAS}:{stack.PROXY_PORT}"
+    assert pairs["proxy"] == "10.213.0.2:3128"
+    assert pairs["token"] == "abc"
+    assert pairs["resolver"] == "127.0.0.11"
+    assert pairs["control"] == "cloister-x-my-api"
+
+
+def test_a_parameter_with_a_line_break_is_refused() -> None:
+    with pytest.raises(doctor.DoctorError, match="line break"):
+        doctor.probe_input(doctor.Targets(token="abc\ncheck\tegress.tcp"), ["egress.dns"])
+
+
+def test_the_proxy_is_aimed_at_by_address_with_the_cloisters_token(
+    instance: stack.Instance,
+) -> None:
+    network = {
+        "Containers": {
+            "x": {"Name": instance.service("proxy"), "IPv4Address": "10.213.0.3/27"},
+            "y": {"Name": "someone-else", "IPv4Address": "10.213.0.9/27"},
+        }
+    }
+    assert doctor._proxy_address(network, instance) == f"10.213.0.3:{stack.PROXY_PORT}"
+    assert doctor._proxy_address({}, instance) == ""
+    env = {"Config": {"Env": ["A=b", "HTTPS_PROXY=http://cloister:s3cret@proxy:3128"]}}
+    assert doctor._proxy_token(SimpleNamespace(attrs=env)) == "s3cret"  # type: ignore[arg-type]
+    assert doctor._proxy_token(SimpleNamespace(attrs={})) == ""  # type: ignore[arg-type]
+
+
+def test_the_sidecar_shares_only_the_network_and_holds_nothing(
+    instance: stack.Instance,
+) -> None:
+    target = SimpleNamespace(id="c0ffee", name="cloister-x-my-api")
+    client = SimpleNamespace(api=docker.APIClient(base_url="unix:///nonexistent", version="1.41"))
+    config = doctor.sidecar_config(client, instance, target)  # type: ignore[arg-type]
+    host = config["host_config"]
+    assert host["NetworkMode"] == "container:c0ffee"
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["PidsLimit"] == 64
+    assert "Binds" not in host
+    assert "Mounts" not in host
+    assert config["user"] == "65534:65534"
+    assert config["image"] == "cloister-slim:latest"
+    assert config["entrypoint"][:3] == ["/usr/bin/env", "-i", "PATH=/usr/bin:/bin"]
+    assert config["labels"][doctor.LABEL_DOCTOR] == "cloister-x-my-api"
+    assert config["labels"][stack.LABEL_INSTANCE] == instance.id
+
+
+def fake_docker(tmp_path: Path, script: str) -> str:
+    """A ``docker`` command that runs *script* (sh) instead of attaching to a sidecar."""
+    command = tmp_path / "docker"
+    command.write_text("#!/bin/sh\n" + script, encoding="utf-8")
+    command.chmod(0o755)
+    return str(command)
+
+
+def test_output_is_read_as_bytes_within_a_limit(tmp_path: Path) -> None:
+    code, out, err = doctor._attached(
+        [fake_docker(tmp_path, "cat; printf '\\377\\376'; echo oops >&2")], b"in\n", 10
+    )
+    assert (code, out, err) == (0, b"in\n\xff\xfe", b"oops\n")
+    with pytest.raises(doctor.DoctorError, match="more than 65536 bytes"):
+        doctor._attached([fake_docker(tmp_path, "exec yes")], b"", 10)
+    with pytest.raises(doctor.DoctorError, match=r"did not finish within 0\.5s"):
+        doctor._attached([fake_docker(tmp_path, "exec sleep 30")], b"", 0.5)
+
+
+class Sidecars:
+    """The engine's part of a probe run: its image, the sidecar made and removed."""
+
+    def __init__(self, image: bool = True) -> None:
+        self.made: list[dict[str, Any]] = []
+        self.removed: list[str] = []
+        self.image = image
+        self.images = SimpleNamespace(get=self.get)
+        self.api = SimpleNamespace(
+            create_container=self.create,
+            remove_container=self.remove,
+            create_host_config=lambda **options: options,
+        )
+
+    def get(self, tag: str) -> object:
+        if not self.image:
+            raise docker.errors.ImageNotFound(tag)
+        return object()
+
+    def create(self, **config: Any) -> dict[str, str]:
+        self.made.append(config)
+        return {"Id": "sidecar1"}
+
+    def remove(self, sidecar: str, force: bool) -> None:
+        self.removed.append(sidecar)
+
+
+def run_probe_with(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, instance: stack.Instance, script: str
+) -> tuple[Sidecars, Any]:
+    monkeypatch.setattr(shutil, "which", lambda name: fake_docker(tmp_path, script))
+    sidecars = Sidecars()
+    target = SimpleNamespace(id="c0ffee", name="cloister-x-my-api")
+    try:
+        return sidecars, doctor.run_probe(sidecars, instance, target, b"end\n", 5)  # type: ignore[arg-type]
+    except doctor.DoctorError as error:
+        return sidecars, error
+
+
+def test_the_probes_bytes_are_decoded_without_failing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, instance: stack.Instance
+) -> None:
+    sidecars, output = run_probe_with(
+        monkeypatch, tmp_path, instance, "printf 'egress.tcp\\tpass\\t\\377\\n'"
+    )
+    assert output == "egress.tcp\tpass\t\ufffd\n"
+    assert sidecars.removed == ["sidecar1"]
+    assert sidecars.made[0]["host_config"]["network_mode"] == "container:c0ffee"
+
+
+def test_a_probe_that_fails_is_an_error_not_output(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, instance: stack.Instance
+) -> None:
+    sidecars, error = run_probe_with(
+        monkeypatch, tmp_path, instance, "echo 'egress.tcp\tpass\tx'; echo broken >&2; exit 3"
+    )
+    assert isinstance(error, doctor.DoctorError)
+    assert "exit 3" in str(error)
+    assert "broken" in str(error)
+    assert sidecars.removed == ["sidecar1"]
+
+
+def test_a_probe_that_hangs_is_removed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, instance: stack.Instance
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: fake_docker(tmp_path, "sleep 30"))
+    sidecars = Sidecars()
+    target = SimpleNamespace(id="c0ffee", name="cloister-x-my-api")
+    with pytest.raises(doctor.DoctorError, match="did not finish"):
+        doctor.run_probe(sidecars, instance, target, b"end\n", 0.5)  # type: ignore[arg-type]
+    assert sidecars.removed == ["sidecar1"]
+
+
+def test_no_probe_image_is_said_plainly(instance: stack.Instance) -> None:
+    sidecars = Sidecars(image=False)
+    with pytest.raises(doctor.ProbeUnavailableError, match="cloister-slim:latest"):
+        doctor.run_probe(sidecars, instance, SimpleNamespace(), b"", 5)  # type: ignore[arg-type]
+    assert sidecars.made == []
 
 
 def test_every_check_of_the_probe_is_in_the_probe() -> None:
@@ -112,7 +284,7 @@ def sealed_cloister(engine: FakeEngine, instance: stack.Instance, **host: Any) -
         {**instance.labels, stack.LABEL_CLOISTER: CLOISTER},
         HostConfig=host_config,
         NetworkSettings={"Networks": {name: {"IPAddress": "10.213.0.2"}}},
-        Mounts=[{"Type": "bind", "Source": "/home/me/my-api", "Destination": "/work"}],
+        Mounts=[{"Type": "bind", "Source": "/home/me/my-api", "Destination": "/work", "RW": True}],
     )
 
 
@@ -133,7 +305,40 @@ def test_a_sealed_container_passes(paths: CloisterPaths, instance: stack.Instanc
         "engine.privileged",
         "engine.docker-socket",
         "engine.executor",
+        "unreachable.filesystem",
+        "unreachable.refs",
     }
+    assert {check.source for check in checks} == {"engine"}
+
+
+@pytest.mark.parametrize(
+    ("mount", "failure"),
+    [
+        (
+            {"Source": "/etc", "Destination": "/host-etc", "RW": True},
+            {"unreachable.filesystem"},
+        ),
+        (
+            {"Source": "/srv/lib", "Destination": "/refs/lib", "RW": True},
+            {"unreachable.filesystem", "unreachable.refs"},
+        ),
+    ],
+)
+def test_a_writable_mount_outside_work_or_of_refs_fails(
+    paths: CloisterPaths, instance: stack.Instance, mount: dict[str, Any], failure: set[str]
+) -> None:
+    engine = FakeEngine()
+    container = sealed_cloister(engine, instance)
+    container.attrs["Mounts"] += [
+        {"Type": "bind", "Source": "/home/me/.codex", "Destination": "/home/cloister/.codex",
+         "RW": True},
+        {"Type": "bind", "Source": "/srv/other", "Destination": "/refs/other", "RW": False},
+        {"Type": "bind", **mount},
+    ]  # fmt: skip
+    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    assert failed_ids(checks) == failure
+    for found in (check for check in checks if check.id in failure):
+        assert mount["Destination"] in found.evidence
 
 
 @pytest.mark.parametrize(
@@ -312,8 +517,10 @@ def test_json_holds_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(by_id) == set(CHECKS)
     assert by_id["egress.dns"]["passed"] is False
     assert set(by_id["egress.dns"]) == {
-        "id", "family", "title", "passed", "meaning", "fix", "evidence"
+        "id", "family", "title", "passed", "meaning", "fix", "evidence", "source"
     }  # fmt: skip
+    assert by_id["egress.dns"]["source"] == "network"
+    assert by_id["engine.attached"]["source"] == "engine"
 
 
 def info(name: str, path: str, status: str = "running") -> SimpleNamespace:
@@ -404,9 +611,11 @@ def test_a_start_on_an_engine_that_fails_stops_the_cloister(
     assert "run `cloister doctor`" in message
 
 
-def test_a_start_check_that_cannot_run_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_start_check_that_cannot_start_for_this_machine_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def cannot(*arguments: Any) -> list[Check]:
-        raise doctor.DoctorError("the probe could not run: no perl")
+        raise doctor.ProbeUnavailableError("the docker command is not installed")
 
     monkeypatch.setattr(doctor, "check_new_engine", cannot)
     monkeypatch.setattr(starting, "stop", lambda context, name: pytest.fail("stopped"))
@@ -414,5 +623,29 @@ def test_a_start_check_that_cannot_run_is_a_warning(monkeypatch: pytest.MonkeyPa
     context = SimpleNamespace(docker=None, instance=None, paths=None, config=None)
     starting.check_engine(context, CLOISTER, warnings)  # type: ignore[arg-type]
     assert warnings == [
-        "the start check of this engine could not run: the probe could not run: no perl"
+        "the start check of this engine could not run: the docker command is not installed"
     ]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        doctor.DoctorError("the probe did not finish within 20s"),
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        docker.errors.APIError("conflict"),
+    ],
+)
+def test_a_start_check_that_breaks_otherwise_stops_the_cloister(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    def breaks(*arguments: Any) -> list[Check]:
+        raise error
+
+    monkeypatch.setattr(doctor, "check_new_engine", breaks)
+    stopped: list[str] = []
+    monkeypatch.setattr(starting, "stop", lambda context, name: stopped.append(name))
+    context = SimpleNamespace(docker=None, instance=None, paths=None, config=None)
+    with pytest.raises(CloisterStartError, match="the start check of this engine failed") as raised:
+        starting.check_engine(context, CLOISTER, [])  # type: ignore[arg-type]
+    assert stopped == [CLOISTER]
+    assert repr(error) in str(raised.value)

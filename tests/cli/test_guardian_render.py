@@ -17,6 +17,7 @@ import docker.errors
 import pytest
 from ruamel.yaml import YAML
 
+from cloister_cli import guardian as guardian_module
 from cloister_cli import ports
 from cloister_cli.guardian import (
     Guardian,
@@ -514,3 +515,19 @@ def test_a_cloister_port_on_the_ui_port_is_named_with_how_to_free_it(
 
 def test_other_compose_failures_are_not_called_a_taken_port() -> None:
     assert port_taken("no such image: cloister-proxy", 9999, Path("c.yaml")) is None
+
+
+@pytest.mark.parametrize(
+    ("started", "seconds"),
+    [
+        ("2026-11-26T20:51:14.123456789Z", 1795726274.123456),
+        ("2026-11-26T21:51:14+01:00", 1795726274.0),
+        ("0001-01-01T00:00:00Z", 0.0),  # never started: the engine's zero time
+        ("", 0.0),
+        ("yesterday", 0.0),
+    ],
+)
+def test_a_services_current_run_starts_when_the_engine_says(started: str, seconds: float) -> None:
+    """Readiness reads only the current run's log: a service that crashed and was started
+    again keeps the "listening" line of its earlier run."""
+    assert guardian_module.started_at({"State": {"StartedAt": started}}) == pytest.approx(seconds)

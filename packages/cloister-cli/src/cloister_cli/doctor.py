@@ -1,19 +1,23 @@
-"""``cloister doctor``: a cloister audits itself, on this machine's engine.
+"""``cloister doctor``: a cloister audited by Cloister, on this machine's engine.
 
-Two halves, both data (:class:`Check`), nothing printed:
+Two sources, both data (:class:`Check`), nothing printed:
 
-* **inside**: one probe program (``doctor_probe.pl``, Perl with perl-base's modules,
-  which every Debian or Ubuntu image has) run by the engine's exec as the cloister's user,
-  bounded by a timeout. It tries what an agent would: TCP, UDP and ICMP out without the
-  proxy, IPv6, a route out, DNS; the hub on every address of the host it could know, the
-  executor's and the engine's sockets, the other cloisters; its capabilities and what it
-  writes of the host; the proxy with its token to IP literals and the guardian's own
-  services (refused: 403), and with a random token or none (407).
+* **network**: one probe program (``doctor_probe.pl``) run in a throwaway sidecar
+  container of Cloister's own slim image that joins the cloister's network namespace
+  and nothing else of it: not its filesystem, processes or user, so the agent can
+  neither see the probe nor write its output or its perl. It tries what an agent would:
+  TCP and UDP out without the proxy, IPv6, a route out, DNS (asked of the engine's
+  resolver directly); the hub on every address of the host it could know, the other
+  cloisters; the interfaces; the proxy with the cloister's token to IP literals and the
+  guardian's own services (refused: 403), and with a random token or none (407). Every
+  target is an address the engine gave, never a name the cloister's /etc/hosts (which
+  the sidecar shares) could redirect.
 * **engine**: what the engine says of the cloister and the guardian (the docker SDK):
   its network internal, without IPv4 on the host's side and without IPv6, and it on no
   other; no capability added, no-new-privileges, not privileged, no engine socket
-  mounted; the hub published on 127.0.0.1 only; the executor's socket the user's alone;
-  the guardian's containers this user's and running; the disk quota as configured.
+  mounted, the host written only in /work and the agents' state, /refs read-only; the
+  hub published on 127.0.0.1 only; the executor's socket the user's alone; the
+  guardian's containers this user's and running; the disk quota as configured.
 
 ``cloister start`` runs the cheap part (:data:`CHEAP`) once per engine
 (:func:`check_new_engine`), remembered by the engine's ID in ``<data>/engines.json``.
@@ -25,6 +29,8 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
+import selectors
 import shutil
 import stat
 import subprocess
@@ -40,6 +46,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from cloister_cli import cloisters, executor_process, listing, networks
+from cloister_cli.images import SLIM_AGENT_IMAGE
 from cloister_cli.safeguards import no_disk_quota
 from cloister_core import stack
 from cloister_core.config import load_global_config
@@ -60,13 +67,26 @@ FAMILIES: tuple[Family, ...] = (
     "engine",
 )
 
+Source = Literal["network", "engine"]
+
 PROBE_WAIT = 2  # seconds the probe gives one attempt (a connect, a lookup, an answer)
-PROBE_TIMEOUT = 20.0  # the whole exec, engine included
+PROBE_TIMEOUT = 20.0  # the whole sidecar run, engine included
+PROBE_OUTPUT_LIMIT = 64 * 1024  # bytes: the probe writes a few KiB; more is not the probe
+EVIDENCE_LIMIT = 500  # characters of one check's evidence
+PROBE_IMAGE = SLIM_AGENT_IMAGE.tag  # built by Cloister; no cloister writes it
+PROBE_USER = "65534:65534"  # nobody: the probe needs no privilege
+LABEL_DOCTOR = "org.cloister.doctor"  # a probe's sidecar: the cloister it probes
+RESOLVER = "127.0.0.11"  # the engine's DNS server in every user-defined network
 ENGINES_FILE = "engines.json"  # under <data>: the engines whose start check passed
 
 
 class DoctorError(CloisterError):
     """The audit could not run (no such cloister, no engine, the probe did not answer)."""
+
+
+class ProbeUnavailableError(DoctorError):
+    """The probe could not be started at all, for a reason of this machine's (no docker
+    command, no probe image), not of the cloister's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +115,6 @@ CHECKS: dict[str, About] = {
         "No UDP out (DNS or otherwise)",
         "the agent can send datagrams out and get answers: data leaves unseen",
         f"{_RESTART}; check {_ENGINE}",
-    ),
-    "egress.icmp": About(
-        "egress",
-        "No raw sockets (ICMP)",
-        "the agent holds CAP_NET_RAW: it can forge packets on its network",
-        "the cloister must drop every capability; " + _RESTART,
     ),
     "egress.ipv6": About(
         "egress",
@@ -132,39 +146,15 @@ CHECKS: dict[str, About] = {
         "one agent can reach another cloister, and what runs there",
         "each cloister must be alone on its own network; " + _RESTART,
     ),
-    "unreachable.docker-socket": About(
-        "unreachable",
-        "No engine socket inside",
-        "the agent can drive the engine: that is root on this machine",
-        "never mount a Docker socket into a cloister; " + _RESTART,
-    ),
-    "unreachable.executor": About(
-        "unreachable",
-        "The host executor is out of reach",
-        "the agent can talk to the host executor directly, past the gateway's approvals",
-        "never mount <data>/run into a cloister; " + _RESTART,
-    ),
-    "unreachable.capabilities": About(
-        "unreachable",
-        "No capabilities",
-        "a process in the cloister holds capabilities (root's powers)",
-        "the cloister must run with every capability dropped; " + _RESTART,
-    ),
-    "unreachable.no-new-privileges": About(
-        "unreachable",
-        "no-new-privileges",
-        "a setuid program inside could gain privileges",
-        "the cloister must run with no-new-privileges; " + _RESTART,
-    ),
     "unreachable.filesystem": About(
         "unreachable",
-        "The host is written only in /work and the agents' state",
+        "The host is written only in /work and the agents' state (its mounts)",
         "the agent can write a directory of the host outside its project",
         "remove the mount (a devcontainer.json's, say); " + _RESTART,
     ),
     "unreachable.refs": About(
         "unreachable",
-        "/refs is read-only",
+        "/refs is mounted read-only",
         "the agent can write the project's refs (other repositories of yours)",
         _RESTART,
     ),
@@ -261,18 +251,23 @@ CHECKS: dict[str, About] = {
     ),
 }
 
-PROBE_CHECKS = tuple(check for check in CHECKS if CHECKS[check].family != "engine")
-# What `cloister start` runs once per engine: quick, and what a weak engine gets wrong.
-CHEAP = (
+# The probe's, seen from the cloister's network namespace; every other is the engine's word.
+PROBE_CHECKS = (
     "egress.tcp",
     "egress.udp",
-    "egress.icmp",
     "egress.ipv6",
     "egress.route",
     "egress.dns",
-    "unreachable.capabilities",
-    "unreachable.no-new-privileges",
+    "unreachable.hub",
+    "unreachable.cloisters",
+    "fail-closed.interfaces",
+    "proxy.literals",
+    "proxy.services",
+    "identity.random-token",
+    "identity.no-token",
 )
+# What `cloister start` runs once per engine: quick, and what a weak engine gets wrong.
+CHEAP = ("egress.tcp", "egress.udp", "egress.ipv6", "egress.route", "egress.dns")
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,11 +281,16 @@ class Check:
     meaning: str  # what a failure means
     fix: str  # how to fix it
     evidence: str
+    source: Source  # network: Cloister's probe saw it; engine: the engine says so
 
     @classmethod
     def of(cls, check_id: str, passed: bool, evidence: str) -> Check:
         about = CHECKS[check_id]
-        return cls(check_id, about.family, about.title, passed, about.meaning, about.fix, evidence)
+        source: Source = "network" if check_id in PROBE_CHECKS else "engine"
+        evidence = evidence if len(evidence) <= EVIDENCE_LIMIT else evidence[:EVIDENCE_LIMIT] + "…"
+        return cls(
+            check_id, about.family, about.title, passed, about.meaning, about.fix, evidence, source
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -301,6 +301,7 @@ class Check:
             "meaning": self.meaning,
             "fix": self.fix,
             "evidence": self.evidence,
+            "source": self.source,
         }
 
 
@@ -334,74 +335,162 @@ class Report:
 
 @dataclass(frozen=True, slots=True)
 class Targets:
-    """What the probe aims at, as the engine sees it (the probe cannot look)."""
+    """What the probe aims at, as the engine sees it: addresses, never names the
+    cloister's /etc/hosts could redirect (the probe cannot look)."""
 
     docker0: tuple[str, ...] = ()  # the default bridge's gateways
     gateway: tuple[str, ...] = ()  # the cloister's network's (its default route's) gateway
-    hub: tuple[str, ...] = ()  # host:port where the hub might answer
+    hub: tuple[str, ...] = ()  # address:port where the hub might answer
     others: tuple[str, ...] = ()  # the other cloisters' addresses
-    services: tuple[str, ...] = ()  # host:port of the guardian's own services
-    executor: str = ""  # the executor's socket (a host path)
-    home: str = cloisters.HOME
-    proxy: str = f"{stack.PROXY_ALIAS}:{stack.PROXY_PORT}"
+    services: tuple[str, ...] = ()  # host:port of the guardian's services (the proxy resolves)
+    proxy: str = ""  # the proxy's address:port on the cloister's network
+    token: str = ""  # the cloister's proxy token (its HTTPS_PROXY)
+    resolver: str = RESOLVER
+    control: str = ""  # a name the resolver holds (the cloister's own): answered, or it is dead
 
 
 def probe_source() -> str:
     return resources.files("cloister_cli").joinpath("doctor_probe.pl").read_text("utf-8")
 
 
-def probe_arguments(targets: Targets, checks: Iterable[str], wait: int = PROBE_WAIT) -> list[str]:
-    """The probe's NAME VALUE arguments."""
-    pairs: list[tuple[str, str]] = [("timeout", str(wait)), ("executor", targets.executor)]
-    pairs += [("home", targets.home), ("proxy", targets.proxy)]
+def probe_input(targets: Targets, checks: Iterable[str], wait: int = PROBE_WAIT) -> bytes:
+    """The probe's parameters, on its stdin: ``NAME<TAB>VALUE`` lines, then ``end``."""
+    pairs: list[tuple[str, str]] = [("timeout", str(wait)), ("proxy", targets.proxy)]
+    pairs += [("token", targets.token), ("resolver", targets.resolver)]
+    pairs += [("control", targets.control)]
     pairs += [("docker0", each) for each in targets.docker0]
     pairs += [("gateway", each) for each in targets.gateway]
     pairs += [("hub", each) for each in targets.hub]
     pairs += [("cloister", each) for each in targets.others]
     pairs += [("service", each) for each in targets.services]
     pairs += [("check", each) for each in checks]
-    return [word for pair in pairs for word in pair]
+    for name, value in pairs:
+        if any(character in value for character in "\t\r\n"):
+            raise DoctorError(f"the probe's {name} {value!r} holds a tab or a line break")
+    return "".join(f"{name}\t{value}\n" for name, value in pairs).encode() + b"end\n"
 
 
 def parse_probe(output: str, expected: Sequence[str]) -> list[Check]:
     """The probe's lines as checks, in the order of *expected*; one it did not report (it
-    died, or timed out) is a failure saying so. Lines of other ids are ignored."""
+    died, or timed out), or reported twice, is a failure saying so. Lines of other ids are
+    ignored."""
     found: dict[str, Check] = {}
+    twice: set[str] = set()
     for line in output.splitlines():
         parts = line.split("\t", 2)
         if len(parts) != 3 or parts[0] not in expected or parts[1] not in ("pass", "fail"):
             continue
+        if parts[0] in found:
+            twice.add(parts[0])
         found[parts[0]] = Check.of(parts[0], parts[1] == "pass", printable(parts[2]))
     return [
-        found.get(check_id) or Check.of(check_id, False, "the probe did not report it")
+        Check.of(check_id, False, "the probe reported it twice")
+        if check_id in twice
+        else found.get(check_id) or Check.of(check_id, False, "the probe did not report it")
         for check_id in expected
     ]
 
 
-def run_probe(container: str, user: str, arguments: Sequence[str], timeout: float) -> str:
-    """The probe's output from ``docker exec`` in *container* as *user*."""
+def sidecar_config(
+    client: docker.DockerClient, instance: stack.Instance, container: Container
+) -> dict[str, Any]:
+    """The low-level ``create_container``'s arguments for the probe's sidecar (it opens
+    stdin once, so the probe sees its end): in *container*'s network namespace, nothing
+    else of it; no privilege, a read-only root, bounded."""
+    host_config = client.api.create_host_config(
+        network_mode=f"container:{container.id}",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        read_only=True,
+        pids_limit=64,
+        mem_limit="64m",
+    )
+    return {
+        "image": PROBE_IMAGE,
+        # No environment of the image's (PERL5OPT and the like), perl by its full path.
+        "entrypoint": ["/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "/usr/bin/perl"],
+        "command": ["-e", probe_source()],
+        "user": PROBE_USER,
+        "stdin_open": True,
+        "labels": {**instance.labels, LABEL_DOCTOR: container.name or str(container.id)},
+        "host_config": host_config,
+    }
+
+
+def run_probe(
+    client: docker.DockerClient,
+    instance: stack.Instance,
+    container: Container,
+    parameters: bytes,
+    timeout: float,
+) -> str:
+    """The probe's output, from a sidecar in *container*'s network namespace, removed
+    afterwards whatever happens."""
     docker_cli = shutil.which("docker")
     if docker_cli is None:
-        raise DoctorError("the docker command is not installed")
-    argv = [docker_cli, "exec", *(["-u", user] if user else []), container, "perl", "-e"]
+        raise ProbeUnavailableError("the docker command is not installed")
     try:
-        result = subprocess.run(
-            [*argv, probe_source(), *arguments],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise DoctorError(
-            f"the probe in {container!r} did not finish within {timeout:g}s"
+        client.images.get(PROBE_IMAGE)
+    except docker.errors.ImageNotFound:
+        raise ProbeUnavailableError(
+            f"the probe's image {PROBE_IMAGE!r} is not built"
+            f" (`cloister start --image {PROBE_IMAGE}` builds it)"
         ) from None
-    if result.returncode != 0 and not result.stdout:
-        raise DoctorError(
-            f"the probe could not run in {container!r} (exit {result.returncode}):"
-            f" {printable(result.stderr.strip()[-500:])!r}; the image needs perl"
+    sidecar = client.api.create_container(**sidecar_config(client, instance, container))["Id"]
+    try:
+        returncode, stdout, stderr = _attached(
+            [docker_cli, "start", "--attach", "--interactive", sidecar], parameters, timeout
         )
-    return result.stdout
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_container(sidecar, force=True)
+    name = container.name or ""
+    if returncode != 0:
+        said = printable(stderr.decode("utf-8", "replace").strip()[-EVIDENCE_LIMIT:])
+        raise DoctorError(f"the probe of {name!r} failed (exit {returncode}): {said!r}")
+    return stdout.decode("utf-8", "replace")
+
+
+def _attached(argv: list[str], given: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+    """Run *argv* with *given* on its stdin: its exit status, stdout and stderr, each read
+    up to :data:`PROBE_OUTPUT_LIMIT` (more, or no end within *timeout*: DoctorError)."""
+    deadline = time.monotonic() + timeout
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+        if stdin is None or stdout is None or stderr is None:  # not with PIPE
+            raise DoctorError("the docker command's pipes did not open")
+        out, err = stdout.fileno(), stderr.fileno()
+        read: dict[int, bytearray] = {out: bytearray(), err: bytearray()}
+        try:
+            with contextlib.suppress(BrokenPipeError):  # it ended first: its status says why
+                stdin.write(given)  # a few hundred bytes: the pipe holds them
+                stdin.close()
+            with selectors.DefaultSelector() as selector:
+                for stream in (stdout, stderr):
+                    selector.register(stream, selectors.EVENT_READ)
+                while selector.get_map():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DoctorError(f"the probe did not finish within {timeout:g}s")
+                    for key, _ in selector.select(left):
+                        chunk = os.read(key.fd, 65536)
+                        if not chunk:
+                            selector.unregister(key.fileobj)
+                            continue
+                        read[key.fd] += chunk
+                        if len(read[key.fd]) > PROBE_OUTPUT_LIMIT:
+                            raise DoctorError(
+                                f"the probe wrote more than {PROBE_OUTPUT_LIMIT} bytes"
+                            )
+            returncode = process.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            raise DoctorError(f"the probe did not finish within {timeout:g}s") from None
+        finally:
+            if process.poll() is None:
+                process.kill()
+    return returncode, bytes(read[out]), bytes(read[err])
 
 
 # -- what the engine says ------------------------------------------------------------------
@@ -436,7 +525,6 @@ def _network_attrs(client: docker.DockerClient, name: str) -> dict[str, Any] | N
 def targets_for(
     client: docker.DockerClient,
     instance: stack.Instance,
-    paths: CloisterPaths,
     config: GlobalConfig,
     container: Container,
 ) -> Targets:
@@ -485,8 +573,30 @@ def targets_for(
         hub=tuple(hub),
         others=tuple(others),
         services=tuple(services),
-        executor=str(socket_path(paths)),
+        proxy=_proxy_address(network, instance),
+        control=container.name or "",
+        token=_proxy_token(container),
     )
+
+
+def _proxy_address(network: Mapping[str, Any], instance: stack.Instance) -> str:
+    """The proxy's address:port on the cloister's network (empty: it is not on it)."""
+    for endpoint in (network.get("Containers") or {}).values():
+        if endpoint.get("Name") == instance.service("proxy"):
+            with contextlib.suppress(ValueError):
+                address = ipaddress.ip_interface(endpoint.get("IPv4Address") or "").ip
+                return f"{address}:{stack.PROXY_PORT}"
+    return ""
+
+
+def _proxy_token(container: Container) -> str:
+    """The token in the cloister's HTTPS_PROXY, as the engine made it (empty: none)."""
+    for variable in (container.attrs.get("Config") or {}).get("Env") or []:
+        name, _, value = str(variable).partition("=")
+        if name == "HTTPS_PROXY":
+            found = re.match(r"^https?://[^:/@]*:([^@/]*)@", value)
+            return found.group(1) if found else ""
+    return ""
 
 
 _SOCKET_NAMES = ("docker.sock", "podman.sock", "containerd.sock")
@@ -581,7 +691,39 @@ def container_checks(
         )
     )
     checks.append(_executor_check(paths, [s for s in sources if _under(s, run_dir(paths))]))
-    return checks
+    mounts = list(attrs.get("Mounts") or [])
+    return [*checks, _filesystem_check(mounts), _refs_check(mounts)]
+
+
+def _inside(point: str, directory: str) -> bool:
+    return point == directory or point.startswith(directory.rstrip("/") + "/")
+
+
+def _filesystem_check(mounts: list[dict[str, Any]]) -> Check:
+    """The cloister writes the host only in /work and the agents' state in its home."""
+    writable = [
+        str(mount.get("Destination") or "")
+        for mount in mounts
+        if mount.get("RW") and mount.get("Type") != "tmpfs"
+    ]
+    bad = [
+        point
+        for point in writable
+        if not _inside(point, "/work") and not point.startswith(cloisters.HOME.rstrip("/") + "/")
+    ]
+    if bad:
+        return Check.of("unreachable.filesystem", False, f"writable mounts: {', '.join(bad)}")
+    return Check.of("unreachable.filesystem", True, f"writable mounts: {', '.join(writable)}")
+
+
+def _refs_check(mounts: list[dict[str, Any]]) -> Check:
+    refs = [mount for mount in mounts if _inside(str(mount.get("Destination") or ""), "/refs")]
+    if not refs:
+        return Check.of("unreachable.refs", True, "no refs mounted")
+    bad = [f"{mount.get('Destination')} is writable" for mount in refs if mount.get("RW")]
+    return Check.of(
+        "unreachable.refs", not bad, "; ".join(bad) or f"{len(refs)} ref(s), all read-only"
+    )
 
 
 def _executor_check(paths: CloisterPaths, mounted: list[str]) -> Check:
@@ -729,10 +871,9 @@ def probe(
     *,
     checks: Sequence[str] = PROBE_CHECKS,
 ) -> list[Check]:
-    """The inside checks of *checks*, from one run of the probe."""
-    targets = targets_for(client, instance, paths, config, container)
-    user = str((container.attrs.get("Config") or {}).get("User") or "")
-    output = run_probe(container.name or "", user, probe_arguments(targets, checks), PROBE_TIMEOUT)
+    """The network checks of *checks*, from one run of the probe."""
+    targets = targets_for(client, instance, config, container)
+    output = run_probe(client, instance, container, probe_input(targets, checks), PROBE_TIMEOUT)
     return parse_probe(output, checks)
 
 
@@ -746,11 +887,11 @@ def diagnose(
     """Every check of cloister *name*: the probe's and the engine's."""
     started = time.monotonic()
     container = running_container(client, instance, name)
-    inside = probe(client, instance, paths, config, container)
+    network = probe(client, instance, paths, config, container)
     engine = container_checks(client, instance, paths, container) + guardian_checks(
         client, instance, paths, config
     )
-    found = {check.id: check for check in inside + engine}
+    found = {check.id: check for check in network + engine}
     ordered = tuple(found[check_id] for check_id in CHECKS if check_id in found)
     return Report(name, container.name or "", ordered, time.monotonic() - started)
 
@@ -814,7 +955,8 @@ def check_new_engine(
 ) -> list[Check]:
     """On an engine this data directory has not seen pass: the cheap checks in cloister
     *name*; the failed ones (the engine is remembered when there are none). Raises
-    :class:`DoctorError` when the probe cannot run (the engine is not remembered)."""
+    :class:`DoctorError` when the probe cannot run (the engine is not remembered):
+    :class:`ProbeUnavailableError` when it could not start at all."""
     engine_id = str(client.info().get("ID") or "")
     record = EngineRecord.read(paths)
     if engine_id and engine_id in record.engines:

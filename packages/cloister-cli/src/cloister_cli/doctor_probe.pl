@@ -1,27 +1,33 @@
-# `cloister doctor`'s probe: run inside a cloister (docker exec, as its user) to try
-# what an agent would try to get out. Perl with perl-base's modules only: every Debian
-# or Ubuntu image has it, with or without python3 or curl.
+# `cloister doctor`'s probe: run in a sidecar of Cloister's slim image that shares only
+# the cloister's network namespace, to try what an agent would try to get out. Perl with
+# perl-base's modules only. Every target is an address: the sidecar shares the
+# cloister's /etc/hosts, which the agent may have written.
 #
-# Arguments: NAME VALUE pairs (see cloister_cli.doctor.probe_argv). Output: one line per
-# check, "ID<TAB>pass|fail<TAB>evidence". Each check runs in a child of its own, all at
-# once, each bounded by alarm(); a child that does not answer in time is a failure.
+# Input, on stdin: "NAME<TAB>VALUE" lines, then "end" (see cloister_cli.doctor.probe_input).
+# Output: one line per check, "ID<TAB>pass|fail<TAB>evidence". Each check runs in a child
+# of its own, all at once, each bounded by alarm(); a child that does not answer in time
+# is a failure.
 use strict;
 use warnings;
-use Socket qw(AF_INET SOCK_STREAM SOCK_DGRAM SOCK_RAW inet_aton sockaddr_in);
+use Socket qw(AF_INET SOCK_STREAM SOCK_DGRAM inet_aton sockaddr_in);
 use IO::Select;
 use POSIX qw(:errno_h);
 # Fractions of seconds where the image has them (not in perl-base alone).
 BEGIN { eval { require Time::HiRes; Time::HiRes->import("time"); 1 } }
 
 my %arg;
-my @pairs = @ARGV;
-while (@pairs) {
-    my ($key, $value) = splice(@pairs, 0, 2);
-    push @{ $arg{$key} }, $value;
+while (my $line = <STDIN>) {
+    chomp($line);
+    last if $line eq "end";
+    my ($key, $value) = split /\t/, $line, 2;
+    push @{ $arg{$key} }, $value // "";
 }
 sub many { return @{ $arg{ $_[0] } || [] } }
 sub one { my @all = many($_[0]); return $all[0] // "" }
 my $WAIT = one("timeout") || 2;
+
+# An IPv4 literal packed; never a name (inet_aton would ask /etc/hosts).
+sub ipv4 { return $_[0] =~ /^\d{1,3}(?:\.\d{1,3}){3}$/ ? inet_aton($_[0]) : undef }
 
 # Connects to every "host:port" of @targets at once; for each, (target, status, detail):
 # status is "connected", "refused" (a RST: something answered) or "unreachable" (no
@@ -32,8 +38,8 @@ sub tcp {
     my $select = IO::Select->new;
     for my $target (@targets) {
         my ($host, $port) = $target =~ /^(.*):(\d+)$/;
-        my $packed = inet_aton($host);
-        if (!$packed) { push @done, [$target, "unreachable", "$host does not resolve"]; next }
+        my $packed = ipv4($host);
+        if (!$packed) { push @done, [$target, "unreachable", "$host is not an address"]; next }
         socket(my $s, AF_INET, SOCK_STREAM, 0) or return ([$target, "unreachable", "socket: $!"]);
         fcntl($s, 4, fcntl($s, 3, 0) | 2048);    # F_SETFL(F_GETFL | O_NONBLOCK)
         if (connect($s, sockaddr_in($port, $packed))) { push @done, [$target, "connected", ""]; next }
@@ -82,17 +88,6 @@ sub read_file {
     return $text;
 }
 
-sub mounts {
-    my @found;
-    for my $line (split /\n/, read_file("/proc/self/mountinfo") // "") {
-        my @f = split / /, $line;
-        my ($pre, $post) = split / - /, $line, 2;
-        my ($type) = split / /, $post // "";
-        push @found, { root => $f[3], point => $f[4], options => $f[5], type => $type // "" };
-    }
-    return @found;
-}
-
 # -- the checks ----------------------------------------------------------------------------
 
 my %check;
@@ -128,12 +123,6 @@ $check{"egress.udp"} = sub {
     return (@bad ? 0 : 1, join("; ", @bad ? @bad : sort @seen));
 };
 
-$check{"egress.icmp"} = sub {
-    if (socket(my $s, AF_INET, SOCK_RAW, 1)) { return (0, "a raw ICMP socket was opened") }
-    my $errno = $! + 0;
-    return ($errno == EPERM ? 1 : 0, "raw socket: $!");
-};
-
 $check{"egress.ipv6"} = sub {
     my @bad;
     for my $line (split /\n/, read_file("/proc/net/if_inet6") // "") {
@@ -167,28 +156,59 @@ $check{"egress.route"} = sub {
     return (@bad ? 0 : 1, join("; ", @bad ? @bad : (@seen ? @seen : "no default route")));
 };
 
+# A DNS query for NAME's A records, with ID.
+sub dns_query {
+    my ($id, $name) = @_;
+    my $labels = join("", map { chr(length $_) . $_ } split /\./, $name);
+    return pack("nnnnnn", $id, 0x0100, 1, 0, 0, 0) . $labels . "\0" . pack("nn", 1, 1);
+}
+
 $check{"egress.dns"} = sub {
-    # The resolver retries for 20 s and more; a child asks, and no answer in time is none.
-    pipe(my $reader, my $writer) or return (0, "pipe: $!");
-    my $pid = fork() // return (0, "fork: $!");
-    if ($pid == 0) {
-        close($reader);
-        my @bad;
-        for my $name ("example.com", "one.one.one.one") {
-            my @found = gethostbyname($name);
-            push @bad, "$name resolves to " . join(".", unpack("C4", $found[4])) if @found > 4;
-        }
-        syswrite($writer, join("; ", @bad) . "\n");
-        POSIX::_exit(0);
+    # Asked of the engine's resolver directly (not /etc/resolv.conf, which the agent may
+    # have written). A definite answer without an address passes. Docker 20.10's resolver
+    # answers nothing for outside names on an internal network: that silence passes only
+    # when it answered, in the same wait, a name it holds (the control: the cloister's own).
+    my $resolver = one("resolver");
+    my $control = one("control");
+    my $packed = ipv4($resolver) or return (0, "no resolver address");
+    my @names = ("example.com", "one.one.one.one", $control ne "" ? $control : ());
+    my %pending;
+    my $select = IO::Select->new;
+    for my $index (0 .. $#names) {
+        socket(my $s, AF_INET, SOCK_DGRAM, 0) or return (0, "socket: $!");
+        my $id = 0x4300 + $index;
+        defined(send($s, dns_query($id, $names[$index]), 0, sockaddr_in(53, $packed)))
+            or return (0, "send to $resolver: $!");
+        $pending{ fileno($s) } = [$names[$index], $s, $id];
+        $select->add($s);
     }
-    close($writer);
-    my $answer = IO::Select->new($reader)->can_read($WAIT) ? <$reader> : undef;
-    kill("KILL", $pid);
-    waitpid($pid, 0);
-    my $none = "example.com and one.one.one.one do not resolve";
-    return (1, "$none (no answer in ${WAIT}s)") unless defined $answer;
-    chomp($answer);
-    return ($answer eq "" ? 1 : 0, $answer eq "" ? $none : $answer);
+    my (%answer, @bad, @seen);
+    my $deadline = time() + $WAIT;
+    while ($select->count && (my $left = $deadline - time()) > 0) {
+        for my $s ($select->can_read($left)) {
+            my ($name, undef, $id) = @{ $pending{ fileno($s) } };
+            defined(recv($s, my $data, 512, 0)) or next;
+            next if length($data) < 12;
+            my ($got, $flags, undef, $answers) = unpack("nnnn", $data);
+            next unless $got == $id && $flags & 0x8000;    # not our answer: wait on
+            $select->remove($s);
+            delete $pending{ fileno($s) };
+            $answer{$name} = [$flags & 0x000f, $answers];
+        }
+    }
+    my $alive = $control ne "" && $answer{$control} && $answer{$control}[0] == 0
+        && $answer{$control}[1] > 0;
+    for my $name ("example.com", "one.one.one.one") {
+        if (my $found = $answer{$name}) {
+            my ($rcode, $answers) = @$found;
+            if ($rcode == 0 && $answers > 0) { push @bad, "$name: $answers answer(s)" }
+            else { push @seen, "$name: rcode $rcode, no address" }
+        }
+        elsif ($alive) { push @seen, "$name: no answer, though $control got one" }
+        else { push @bad, "$name: no answer from $resolver in ${WAIT}s, nor for the control" }
+    }
+    return (0, join("; ", @bad)) if @bad;
+    return (1, "$resolver gives no outside address: " . join("; ", @seen));
 };
 
 $check{"unreachable.hub"} = sub { return none_answer(0, many("hub")) };
@@ -197,78 +217,6 @@ $check{"unreachable.cloisters"} = sub {
     my @others = many("cloister");
     return (1, "no other cloister of this guardian runs") unless @others;
     return none_answer(1, map { "$_:22" } @others);
-};
-
-$check{"unreachable.docker-socket"} = sub {
-    my @bad;
-    for my $path ("/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock") {
-        push @bad, "$path exists" if -e $path;
-    }
-    push @bad, "DOCKER_HOST is set ($ENV{DOCKER_HOST})" if $ENV{DOCKER_HOST};
-    for my $mount (mounts()) {
-        push @bad, "a socket is mounted at $mount->{point}" if -S $mount->{point};
-    }
-    return (@bad ? 0 : 1, @bad ? join("; ", @bad) : "no engine socket, and no socket mounted");
-};
-
-$check{"unreachable.executor"} = sub {
-    my @bad;
-    my $socket = one("executor");
-    (my $directory = $socket) =~ s{/[^/]*$}{};
-    push @bad, "$socket exists" if -e $socket;
-    for my $mount (mounts()) {
-        my $root = $mount->{root};
-        if ($directory eq $root || index($directory, "$root/") == 0 && $root ne "/") {
-            push @bad, "$mount->{point} is $root, which holds the executor's socket";
-        }
-    }
-    return (@bad ? 0 : 1, @bad ? join("; ", @bad) : "$directory is not mounted");
-};
-
-sub status_field {
-    my ($name) = @_;
-    my ($value) = (read_file("/proc/self/status") // "") =~ /^$name:\s*(\S+)/m;
-    return $value // "?";
-}
-
-$check{"unreachable.capabilities"} = sub {
-    my @fields = map { "$_=" . status_field($_) } qw(CapEff CapPrm CapAmb);
-    my $held = grep { !/=0+$/ } @fields;
-    return ($held ? 0 : 1, join(" ", @fields));
-};
-
-$check{"unreachable.no-new-privileges"} = sub {
-    my $value = status_field("NoNewPrivs");
-    return ($value eq "1" ? 1 : 0, "NoNewPrivs: $value");
-};
-
-$check{"unreachable.filesystem"} = sub {
-    # What the cloister writes of the host: /work, and the agents' state in its home.
-    my $home = one("home");
-    my %docker_files = map { $_ => 1 } qw(/etc/resolv.conf /etc/hosts /etc/hostname);
-    my %own = map { $_ => 1 } qw(tmpfs proc sysfs devpts mqueue cgroup cgroup2 overlay);
-    my (@bad, @seen);
-    for my $mount (mounts()) {
-        my ($point, $options, $type) = @$mount{qw(point options type)};
-        next unless $options =~ /^rw/;
-        next if $own{$type} || $docker_files{$point};
-        if ($point eq "/work" || index($point, "/work/") == 0 || index($point, "$home/") == 0) {
-            push @seen, $point;
-            next;
-        }
-        push @bad, "$point is a writable mount of the host ($type)";
-    }
-    my ($root) = grep { $_->{point} eq "/" } mounts();
-    my $layer = $root ? "/ is $root->{type}, the container's own layer" : "/ not found";
-    return (0, join("; ", @bad)) if @bad;
-    return (1, "$layer; writable host mounts: " . join(", ", @seen));
-};
-
-$check{"unreachable.refs"} = sub {
-    my @refs = grep { $_->{point} eq "/refs" || index($_->{point}, "/refs/") == 0 } mounts();
-    return (1, "no refs mounted") unless @refs;
-    my @bad = map { "$_->{point} is writable" } grep { $_->{options} =~ /^rw/ } @refs;
-    return (@bad ? 0 : 1, @bad ? join("; ", @bad) : scalar(@refs) . " ref(s), all read-only");
 };
 
 $check{"fail-closed.interfaces"} = sub {
@@ -295,7 +243,7 @@ sub base64 {
 sub connect_status {
     my ($target, $token) = @_;
     my ($host, $port) = (one("proxy") =~ /^(.*):(\d+)$/);
-    my $packed = inet_aton($host) or return "$host does not resolve";
+    my $packed = ipv4($host // "") or return "no proxy address";
     socket(my $s, AF_INET, SOCK_STREAM, 0) or return "socket: $!";
     local $SIG{ALRM} = sub { die "timeout\n" };
     my $answer = eval {
@@ -317,8 +265,8 @@ sub connect_status {
 }
 
 sub own_token {
-    my ($token) = ($ENV{HTTPS_PROXY} // "") =~ m{^https?://[^:/@]*:([^@/]*)@};
-    return $token;
+    my $token = one("token");
+    return $token eq "" ? undef : $token;
 }
 
 sub all_refused {
@@ -329,7 +277,7 @@ sub all_refused {
 }
 
 $check{"proxy.literals"} = sub {
-    my $token = own_token() // return (0, "HTTPS_PROXY holds no token");
+    my $token = own_token() // return (0, "the cloister's HTTPS_PROXY holds no token");
     return all_refused(
         403, $token, "127.0.0.1:443", "169.254.169.254:80", "10.0.0.1:443", "[::1]:443",
         "0x7f000001:443", "2130706433:443",
@@ -337,7 +285,7 @@ $check{"proxy.literals"} = sub {
 };
 
 $check{"proxy.services"} = sub {
-    my $token = own_token() // return (0, "HTTPS_PROXY holds no token");
+    my $token = own_token() // return (0, "the cloister's HTTPS_PROXY holds no token");
     return all_refused(403, $token, many("service"));
 };
 

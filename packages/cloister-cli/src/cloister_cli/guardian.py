@@ -23,12 +23,14 @@ import ipaddress
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,20 @@ from cloister_executor.locations import run_dir
 
 READY_TIMEOUT = 60.0
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
+
+
+def started_at(attrs: dict[str, Any]) -> float:
+    """When the container's current run began (``State.StartedAt``), in Unix seconds; 0
+    (its whole log) when the engine does not say."""
+    text = str((attrs.get("State") or {}).get("StartedAt") or "")
+    # RFC 3339 with nanoseconds: Python's parser takes microseconds at most.
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text)
+    if found is None:
+        return 0.0
+    fraction = (found.group(2) or ".0")[:7]
+    zone = "+00:00" if found.group(3) == "Z" else found.group(3)
+    moment = datetime.fromisoformat(found.group(1) + fraction + zone)
+    return max(moment.timestamp(), 0.0)
 
 
 class GuardianError(CloisterError):
@@ -419,7 +435,10 @@ class Guardian:
         while time.monotonic() < deadline:
             for name, marker in list(pending.items()):
                 container = self.client.containers.get(self.instance.service(name))
-                if marker in container.logs(stdout=False, stderr=True, tail=50):
+                # Only what this run of it said: a container that crashed and was started
+                # again keeps the "listening" line of its earlier run in its log.
+                since = started_at(container.attrs)
+                if marker in container.logs(stdout=False, stderr=True, tail=50, since=since):
                     del pending[name]
                 elif container.status == "exited":
                     raise GuardianError(f"{name} exited: {container.logs(tail=20).decode()}")

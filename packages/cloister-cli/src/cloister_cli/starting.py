@@ -441,14 +441,22 @@ def keep_snapshot(
 
 def check_engine(context: Context, name: str, warnings: list[str]) -> None:
     """On an engine this data directory has not seen pass (:func:`doctor.check_new_engine`):
-    a cloister that can get out is stopped, and the start fails naming what failed."""
+    a cloister that can get out is stopped, and the start fails naming what failed. So is
+    one the check failed on in any other way (fail closed): only a probe that could not
+    start at all, for a reason of this machine's the agent has no hand in (no docker
+    command, no probe image), is a warning; the engine stays unremembered either way."""
     try:
         failed = doctor.check_new_engine(
             context.docker, context.instance, context.paths, context.config, name
         )
-    except doctor.DoctorError as error:
+    except doctor.ProbeUnavailableError as error:
         warnings.append(f"the start check of this engine could not run: {error}")
         return
+    except Exception as error:  # any failure of the check fails the start
+        stop(context, name)
+        raise CloisterStartError(
+            f"cloister {name} was stopped: the start check of this engine failed: {error!r}"
+        ) from error
     if failed:
         stop(context, name)
         raise CloisterStartError(doctor.start_failure(name, failed))

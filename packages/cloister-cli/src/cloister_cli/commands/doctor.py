@@ -25,17 +25,19 @@ if TYPE_CHECKING:
 def doctor(name: str | None, as_json: bool) -> None:
     """Check that a cloister is sealed: try from inside what an agent would try to get out.
 
-    A probe runs in the cloister as its user: TCP, UDP, ICMP and DNS out
-    without the proxy, IPv6 and routes; the approval hub on every host
-    address, the executor's and the engine's sockets, the other cloisters;
-    its capabilities and what it writes of the host; the proxy with its token
-    to IP literals and the guardian's own services (refused: 403), and with a
-    random token or none (407). The engine is asked the rest: the cloister's
-    network, capabilities, mounts, no-new-privileges; the hub published on
-    127.0.0.1 only; the executor's socket; the guardian's containers; the
-    disk quota. NAME defaults to the cloister of the current directory, or
-    the only one running. Each failure says what it means and how to fix it;
-    the exit status is 1 when any check fails.
+    A probe runs in a throwaway container of Cloister's own image that
+    shares only the cloister's network (the agent cannot see or answer for
+    it): TCP, UDP and DNS out without the proxy, IPv6 and routes; the
+    approval hub on every host address, the other cloisters; the proxy with
+    the cloister's token to IP literals and the guardian's own services
+    (refused: 403), and with a random token or none (407). The engine is
+    asked the rest: the cloister's network, capabilities, mounts,
+    no-new-privileges; the hub published on 127.0.0.1 only; the executor's
+    socket; the guardian's containers; the disk quota. The "seen" column says
+    which: network (the probe saw it) or engine (the engine's word). NAME
+    defaults to the cloister of the current directory, or the only one
+    running. Each failure says what it means and how to fix it; the exit
+    status is 1 when any check fails.
 
     \b
     Examples:
@@ -60,11 +62,11 @@ def print_report(report: Report) -> None:
     from rich.table import Table  # noqa: PLC0415 - rich only when a table is drawn
     from rich.text import Text  # noqa: PLC0415
 
-    table = Table("", "check", "family", "evidence", title=f"cloister {report.cloister}")
+    table = Table("", "check", "family", "seen", "evidence", title=f"cloister {report.cloister}")
     for check in report.checks:
         mark = Text("pass", style="green") if check.passed else Text("FAIL", style="bold red")
-        # Evidence is what the probe saw inside: the agent's, never rich markup.
-        table.add_row(mark, Text(check.title), check.family, Text(check.evidence))
+        # Evidence holds what the network and the engine said: never rich markup.
+        table.add_row(mark, Text(check.title), check.family, check.source, Text(check.evidence))
     console().print(table)
     for check in report.failed:
         click.echo(f"FAIL {check.id}: {check.title}")
