@@ -116,7 +116,8 @@ def run(mutation: Mutation, basetemp: Path) -> bool:
     finally:
         path.write_text(original, encoding="utf-8")
     summary = (completed.stdout.strip().splitlines() or ["(no output)"])[-1]
-    caught = completed.returncode == 1  # tests failed; other codes are errors of the run
+    # Caught: a test failed, and none erred (an error in a fixture proves nothing).
+    caught = completed.returncode == 1 and " failed" in summary and " error" not in summary
     verdict = "caught" if caught else "SURVIVED" if completed.returncode == 0 else "ERROR"
     print(f"{mutation.name:24} {verdict:9} {seconds:6.0f} s  {summary}", flush=True)
     if not caught:
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if dirty:
         print(f"uncommitted changes in {', '.join(dirty)}: commit or stash them first")
         return 2
+    options.basetemp.mkdir(parents=True, exist_ok=True)
     results = [run(mutation, options.basetemp) for mutation in chosen]
     return 0 if all(results) else 1
 
