@@ -120,7 +120,12 @@ def run(mutation: Mutation, basetemp: Path) -> bool:
     caught = completed.returncode == 1 and " failed" in summary and " error" not in summary
     verdict = "caught" if caught else "SURVIVED" if completed.returncode == 0 else "ERROR"
     print(f"{mutation.name:24} {verdict:9} {seconds:6.0f} s  {summary}", flush=True)
-    if not caught:
+    if caught:  # which test noticed, and what it saw
+        lines = completed.stdout.splitlines()
+        failed = [line for line in lines if line.startswith("FAILED")]
+        seen = [line for line in lines if line.startswith("E   ")][:3]
+        print(*(f"    {line[:160]}" for line in failed + seen), sep="\n", flush=True)
+    else:
         print(completed.stdout[-4000:], completed.stderr[-2000:], sep="\n", flush=True)
     return caught
 
