@@ -39,6 +39,7 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+from cloister_core import stack as stack_names
 from tests.agents.agent_images import fakeapi_image
 from tests.cli.cli_support import (
     SLIM_IMAGE,
@@ -56,7 +57,7 @@ from tests.cli.cli_support import (
     unique,
 )
 from tests.e2e import upstream
-from tests.waiting import wait_until
+from tests.waiting import free_port, wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import SkipOrFail
@@ -290,9 +291,7 @@ class Stack:
 
     @property
     def proxy_alias(self) -> str:
-        from cloister_core import stack
-
-        return f"{stack.PROXY_ALIAS}:{stack.PROXY_PORT}"
+        return f"{stack_names.PROXY_ALIAS}:{stack_names.PROXY_PORT}"
 
     def resolve(self, *names: str) -> None:
         """Make *names* resolve to the fake internet in the services that dial out."""
@@ -395,8 +394,6 @@ def running_stack(
     """A guardian of host *user* (None: the tests' own, root in CI) on *internet*, for
     as long as the block runs. The non-root user is the session's ``nonroot_user``
     fixture (:func:`host_user` holds a lock for as long as it runs: once per session)."""
-    from tests.waiting import free_port
-
     kind: HostKind = "root" if user is None else "nonroot"
     with contextlib.ExitStack() as exits:
         root = user.mktemp("e2e") if user is not None else scratch
