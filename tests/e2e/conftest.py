@@ -62,3 +62,20 @@ def stack(
     user = user_of(request, kind)
     with running_stack(user, docker_client, internet, scratch, skip_or_fail) as made:
         yield made
+
+
+@pytest.fixture(scope="module", params=HOST_KINDS)
+def own_stack(
+    request: pytest.FixtureRequest,
+    docker_client: docker.DockerClient,
+    internet: FakeInternet,
+    tmp_path_factory: pytest.TempPathFactory,
+    skip_or_fail: SkipOrFail,
+) -> Iterator[Stack]:
+    """A guardian of the module's own, one per host user: for the families that stop,
+    kill or restart it (never the shared ``stack``)."""
+    user = user_of(request, request.param)
+    module = request.module.__name__.rpartition(".")[2]
+    scratch = tmp_path_factory.mktemp(f"{module}-{request.param}")
+    with running_stack(user, docker_client, internet, scratch, skip_or_fail) as made:
+        yield made

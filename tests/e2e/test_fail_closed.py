@@ -29,36 +29,17 @@ from __future__ import annotations
 import os
 import signal
 import socket
-from collections.abc import Iterator
 
-import docker
 import pytest
 
 from cloister_core import stack as stack_names
 from tests.cli.cli_support import docker_executable, make_repo, run_command, unique
-from tests.conftest import SkipOrFail
-from tests.e2e.conftest import user_of
-from tests.e2e.harness import ALLOWED, HOST_KINDS, Cloister, FakeInternet, Stack, running_stack
+from tests.e2e.harness import ALLOWED, Cloister, Stack
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 SERVICES = ("proxy", "approval", "gateway", "credentials")
-
-
-@pytest.fixture(scope="module", params=HOST_KINDS)
-def own_stack(
-    request: pytest.FixtureRequest,
-    docker_client: docker.DockerClient,
-    internet: FakeInternet,
-    tmp_path_factory: pytest.TempPathFactory,
-    skip_or_fail: SkipOrFail,
-) -> Iterator[Stack]:
-    """A guardian of this module's own, which its tests stop and kill."""
-    user = user_of(request, request.param)
-    scratch = tmp_path_factory.mktemp(f"fail-closed-{request.param}")
-    with running_stack(user, docker_client, internet, scratch, skip_or_fail) as made:
-        yield made
 
 
 def works(cloister: Cloister) -> None:

@@ -74,19 +74,16 @@ from tests.cli.cli_support import (
     unique,
 )
 from tests.conftest import SkipOrFail
-from tests.e2e.conftest import user_of
 from tests.e2e.harness import (
     ALLOWED,
     API_PORT,
     CA_FILE,
     DOMAIN,
-    HOST_KINDS,
     UPSTREAM_TIMEOUT,
     Cloister,
     FakeInternet,
     Stack,
     config_for,
-    running_stack,
     wait_for_held,
 )
 from tests.waiting import free_port, wait_until
@@ -106,27 +103,18 @@ CREDENTIALS_URL = (
 )
 
 
-@pytest.fixture(scope="module", params=HOST_KINDS)
-def own_stack(
-    request: pytest.FixtureRequest,
-    docker_client: docker.DockerClient,
-    internet: FakeInternet,
-    tmp_path_factory: pytest.TempPathFactory,
-    skip_or_fail: SkipOrFail,
-) -> Iterator[Stack]:
-    """A guardian of this module's own, which its tests kill; Claude's key set up."""
-    user = user_of(request, request.param)
-    scratch = tmp_path_factory.mktemp(f"faults-{request.param}")
-    with running_stack(user, docker_client, internet, scratch, skip_or_fail) as made:
-        setup = run_command(
-            made.cli.command("setup", "claude", "--method", "api-key", "--secret-stdin"),
-            cwd=made.cli.root,
-            env=made.cli.env,
-            timeout=60,
-            stdin=KEY,
-        )
-        assert setup.returncode == 0, setup.describe()
-        yield made
+@pytest.fixture(scope="module")
+def own_stack(own_stack: Stack) -> Stack:
+    """The module's own guardian (it kills its pieces), with Claude's key set up."""
+    setup = run_command(
+        own_stack.cli.command("setup", "claude", "--method", "api-key", "--secret-stdin"),
+        cwd=own_stack.cli.root,
+        env=own_stack.cli.env,
+        timeout=60,
+        stdin=KEY,
+    )
+    assert setup.returncode == 0, setup.describe()
+    return own_stack
 
 
 # --- what the agent tries -----------------------------------------------------------------
