@@ -479,6 +479,13 @@ def test_a_cloister_is_capped_for_the_life_of_its_connections_and_another_is_ser
     gateway.start(max_connections_per_cloister=3)
     opened = [socket.create_connection(gateway.address, timeout=TIMEOUT) for _ in range(4)]
     try:
+        # All four admitted (the kernel accepts before the gateway sees them) before any
+        # is charged to the cloister.
+        wait_until(
+            lambda: gateway.gateway is not None and gateway.gateway.waiting("127.0.0.1") == 4,
+            TIMEOUT,
+            "four admitted connections",
+        )
         for sock in opened[:3]:
             sock.sendall(slow_head(record.secret))
         wait_until(lambda: patient.connections == 3, TIMEOUT, "three upstream connections")
@@ -490,7 +497,9 @@ def test_a_cloister_is_capped_for_the_life_of_its_connections_and_another_is_ser
         assert json.loads(response.body)["error"]["type"] == "rate_limit_error"
         # Now the cloister's address is known to be full: a fifth is refused at once.
         with socket.create_connection(gateway.address, timeout=TIMEOUT) as fifth:
-            assert read_response(fifth).status == 429
+            refused_at_once = read_response(fifth)
+            assert refused_at_once.status == 429
+            assert refused_at_once.headers["x-cloister-reason"] == "connections"
         web = httpx.HTTPTransport(local_address="127.0.0.2")
         with httpx.Client(base_url=gateway.url, timeout=TIMEOUT, transport=web) as client:
             served = client.post(

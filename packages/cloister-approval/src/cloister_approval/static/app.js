@@ -17,6 +17,9 @@ const SETTLED_MS = 1500;     // a settled card stays at least this long
 const UNDO_GUARD_MS = 600;   // a double click on a decision must not also undo it
 const NOTIFY_KEY = "cloister.notifications";
 const TOKEN_KEY = "cloister.hub-session";
+// Why this tab was logged out, kept for its next load: the live stream may notice a
+// logout before a reload does, and the reloaded page must still say why.
+const LOGOUT_REASON_KEY = "cloister.logout-reason";
 const RECONNECT_MS = 3000;   // as an EventSource's default retry
 const SCOPES = { o: "once", s: "session", p: "project", g: "global" };
 const COMMAND_SCOPES = ["once", "session", "project"];
@@ -62,6 +65,7 @@ class LoggedOut extends Error {}
 
 function loggedOut(reason) {
   localStorage.removeItem(TOKEN_KEY);
+  reason = reason || sessionStorage.getItem(LOGOUT_REASON_KEY);
   document.body.dataset.auth = "out";
   document.body.dataset.live = "false";
   $("#login-reason").textContent = reason || $("#login-reason").textContent;
@@ -82,7 +86,8 @@ async function hubFetch(url, options = {}) {
   const response = await fetch(url, { ...options, headers, credentials: "omit", cache: "no-store" });
   if (response.status === 401) {
     const payload = await response.json().catch(() => ({}));
-    loggedOut(payload.detail ? `${payload.detail}.` : undefined);
+    if (payload.detail) sessionStorage.setItem(LOGOUT_REASON_KEY, `${payload.detail}.`);
+    loggedOut();
     throw new LoggedOut(payload.error || "not logged in");
   }
   return response;
@@ -114,6 +119,7 @@ async function logIn() {
     return;
   }
   localStorage.setItem(TOKEN_KEY, payload.token);
+  sessionStorage.removeItem(LOGOUT_REASON_KEY);
   location.replace("/");
 }
 

@@ -111,6 +111,10 @@ class CredentialGateway:
         """The connections *cloister* holds now (counted against its limit)."""
         return self._book.held(cloister)
 
+    def waiting(self, peer: str) -> int:
+        """The connections from *peer* admitted and not yet charged to a cloister."""
+        return self._book.waiting(peer)
+
     # -- per client connection -----------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -127,7 +131,14 @@ class CredentialGateway:
             if not isinstance(ticket, Ticket):
                 # refused at once, before it costs a head: over its address's or its
                 # cloister's limit
-                writer.write(render_response(429, "cloister: too many connections from here\n"))
+                reason = "connections" if ticket == "cloister" else "address"
+                writer.write(
+                    render_response(
+                        429,
+                        "cloister: too many connections from here\n",
+                        headers=[("X-Cloister-Reason", reason)],
+                    )
+                )
                 await writer.drain()
                 return
             first = True
