@@ -53,13 +53,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import ctypes
 import io
 import json
 import math
 import os
 import pstats
-import select
 import signal
 import socket
 import subprocess
@@ -71,10 +69,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, cast
+from typing import Any, cast
 
 import uvloop
 
+from benchsupport import (
+    BenchError,
+    Processes,
+    cpu_seconds,
+    free_port,
+    host_busy_seconds,
+    pipe,
+    read_line,
+    wait_listening,
+)
 from cloister_core.credentials import store
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord, write_token_file
@@ -103,10 +111,6 @@ REQUEST_BODY = json.dumps(
     },
     separators=(",", ":"),
 ).encode()
-
-
-class BenchError(Exception):
-    """Something in the set-up or a measurement went wrong."""
 
 
 # -- the stream the upstream sends ----------------------------------------------------------
@@ -409,126 +413,6 @@ class StreamClient:
         return (first - started) / 1e6, (now - started) / 1e6
 
 
-# -- process bookkeeping (as in bench_proxy.py) -------------------------------------------------
-
-
-_PR_SET_PDEATHSIG = 1
-_prctl: Callable[..., int] | None = None
-
-
-def _die_with_parent() -> None:
-    """In a new child (before exec): SIGTERM it if the benchmark itself dies."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-class Processes:
-    """Every child process we start; :meth:`stop` ends and reaps them (no zombies).
-
-    Children run in their own process group, so a Ctrl-C reaches only the benchmark,
-    which then stops them in order, and each one gets SIGTERM from the kernel should
-    the benchmark be killed outright.
-    """
-
-    def __init__(self) -> None:
-        self._children: list[subprocess.Popen[bytes]] = []
-
-    def start(self, argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
-        global _prctl  # noqa: PLW0603 - resolved once, in the parent, never after fork
-        if _prctl is None and sys.platform == "linux":
-            with contextlib.suppress(OSError, AttributeError):
-                _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        # The benchmark has no threads of its own, so a pre-exec hook is safe here.
-        child = subprocess.Popen(
-            argv,
-            process_group=0,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-            **options,
-        )
-        self._children.append(child)
-        return child
-
-    def stop(self, child: subprocess.Popen[bytes]) -> None:
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(timeout=10)  # a profiled child writes its stats first
-            except subprocess.TimeoutExpired:
-                child.kill()
-        child.wait()
-        for stream in (child.stdin, child.stdout, child.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        if child in self._children:
-            self._children.remove(child)
-
-    def stop_all(self) -> None:
-        for child in reversed(list(self._children)):
-            self.stop(child)
-
-
-def _read_line(stream: IO[bytes], deadline: float, what: str) -> bytes:
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise BenchError(f"timed out waiting for {what}")
-        ready, _, _ = select.select([stream], [], [], remaining)
-        if ready:
-            line = stream.readline()
-            if not line:
-                raise BenchError(f"{what}: the process exited")
-            return line
-
-
-def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
-    if stream is None:
-        raise BenchError("a child process has no pipe")
-    return stream
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_listening(port: int, child: subprocess.Popen[bytes], what: str, log: Path) -> None:
-    """Poll connect() until something accepts on *port*, the child dies, or time is up."""
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise BenchError(f"{what} exited with {child.returncode}: {_tail(log)}")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.settimeout(0.5)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise BenchError(f"{what} did not accept connections within {READY_TIMEOUT:.0f} s")
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of *pid* (all threads)."""
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return 0.0
-
-
-def host_busy_seconds() -> float:
-    """CPU seconds the whole machine spent not idle (all CPUs, softirq included)."""
-    fields = [int(each) for each in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 def background_load(seconds: float = 1.0) -> float:
     """Cores the machine keeps busy before we start anything (other people's work)."""
     before, wall = host_busy_seconds(), time.monotonic()
@@ -576,7 +460,7 @@ def service(
     setup: Setup, name: str, module: str
 ) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
     """``python -m <module>`` on a free port, with the bench's config and data dirs."""
-    options, port = setup.options, _free_port()
+    options, port = setup.options, free_port()
     argv = [sys.executable]
     if options.profile is not None:
         argv += ["-m", "cProfile", "-o", str(options.profile / f"{name}.prof")]
@@ -599,7 +483,7 @@ def service(
             argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
         )
     try:
-        _wait_listening(port, child, name, log)
+        wait_listening(port, child, name, log)
         yield child, port, log
     finally:
         setup.processes.stop(child)
@@ -790,7 +674,7 @@ def benchmark(options: argparse.Namespace, processes: Processes, scratch: Path) 
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
-    line = _read_line(_pipe(upstream.stdout), time.monotonic() + READY_TIMEOUT, "the upstream")
+    line = read_line(pipe(upstream.stdout), time.monotonic() + READY_TIMEOUT, "the upstream")
     upstream_port = int(json.loads(line)["port"])
     setup = Setup(options, processes, scratch, upstream_port)
     expected = b"".join(sse_events(options.events))

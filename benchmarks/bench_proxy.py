@@ -59,11 +59,9 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import ctypes
 import json
 import math
 import os
-import select
 import shutil
 import signal
 import socket
@@ -78,10 +76,22 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, cast
+from typing import Any, cast
 
 import uvloop
 
+from benchsupport import (
+    BenchError,
+    Processes,
+    cpu_seconds,
+    free_port,
+    host_busy_seconds,
+    open_fds,
+    pipe,
+    read_line,
+    rss_kib,
+    wait_listening,
+)
 from cloister_core.tokens import TokenRecord, write_token_file
 
 PING = b"ping\n"
@@ -103,10 +113,6 @@ TARGETS = {
     "added p50 latency": "<= 0.3 ms over direct",
     "RSS, 1000 idle tunnels": "< 150 MiB",
 }
-
-
-class BenchError(Exception):
-    """Something in the set-up or a measurement went wrong."""
 
 
 # -- the upstream servers (hidden --serve-upstream mode, its own process) ------------------
@@ -412,152 +418,6 @@ def load_worker(spec_json: str) -> None:
     print("done", flush=True)
 
 
-# -- process bookkeeping ------------------------------------------------------------------------
-
-
-_PR_SET_PDEATHSIG = 1
-_prctl: Callable[..., int] | None = None
-
-
-def _die_with_parent() -> None:
-    """In a new child (before exec): SIGTERM it if the benchmark itself dies."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-class Processes:
-    """Every child process we start; :meth:`stop` ends and reaps them (no zombies).
-
-    Children run in their own process group, so a Ctrl-C reaches only the benchmark,
-    which then stops them in order (the proxy is not interrupted mid-measurement), and
-    each one gets SIGTERM from the kernel should the benchmark be killed outright.
-    """
-
-    def __init__(self) -> None:
-        self._children: list[subprocess.Popen[bytes]] = []
-
-    def start(self, argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
-        global _prctl  # noqa: PLW0603 - resolved once, in the parent, never after fork
-        if _prctl is None and sys.platform == "linux":
-            with contextlib.suppress(OSError, AttributeError):
-                _prctl = ctypes.CDLL(None, use_errno=True).prctl
-        # The benchmark has no threads of its own, so a pre-exec hook is safe here.
-        child = subprocess.Popen(
-            argv,
-            process_group=0,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-            **options,
-        )
-        self._children.append(child)
-        return child
-
-    def stop(self, child: subprocess.Popen[bytes]) -> None:
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        child.wait()
-        for stream in (child.stdin, child.stdout, child.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        if child in self._children:
-            self._children.remove(child)
-
-    def stop_all(self) -> None:
-        for child in reversed(list(self._children)):
-            self.stop(child)
-
-
-def _read_line(stream: IO[bytes], deadline: float, what: str) -> bytes:
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise BenchError(f"timed out waiting for {what}")
-        ready, _, _ = select.select([stream], [], [], remaining)
-        if ready:
-            line = stream.readline()
-            if not line:
-                raise BenchError(f"{what}: the process exited")
-            return line
-
-
-def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
-    if stream is None:
-        raise BenchError("a child process has no pipe")
-    return stream
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_listening(port: int, child: subprocess.Popen[bytes], what: str, log: Path) -> None:
-    """Poll connect() until something accepts on *port*, the child dies, or time is up."""
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise BenchError(f"{what} exited with {child.returncode}: {_tail(log)}")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.settimeout(0.5)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise BenchError(f"{what} did not accept connections within {READY_TIMEOUT:.0f} s")
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def _descendants(pid: int) -> list[int]:
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError, ValueError):
-            for child in (task / "children").read_text().split():
-                pids.extend(_descendants(int(child)))
-    return pids
-
-
-def rss_kib(pid: int) -> int:
-    """VmRSS of *pid* and its descendants, in KiB."""
-    total = 0
-    for each in _descendants(pid):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{each}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-    return total
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of *pid* and its descendants (all threads)."""
-    ticks = 0
-    for each in _descendants(pid):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def host_busy_seconds() -> float:
-    """CPU seconds the whole machine spent not idle (all CPUs, softirq included)."""
-    fields = [int(each) for each in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def open_fds(pid: int) -> int:
-    return sum(len(list(Path(f"/proc/{each}/fd").iterdir())) for each in _descendants(pid))
-
-
 # -- one target ---------------------------------------------------------------------------------
 
 
@@ -656,20 +516,20 @@ def measure_connections(setup: Setup, route: Route, server_pid: int) -> dict[str
             )
         deadline = time.monotonic() + READY_TIMEOUT
         for child in children:
-            _read_line(_pipe(child.stdout), deadline, "a load worker to start")
+            read_line(pipe(child.stdout), deadline, "a load worker to start")
         upstream_pid = setup.upstream_pid
         cpu_before = cpu_seconds(server_pid)
         upstream_before = cpu_seconds(upstream_pid)
         host_before = host_busy_seconds()
         wall_before = time.monotonic()
         for child in children:
-            stdin = _pipe(child.stdin)
+            stdin = pipe(child.stdin)
             stdin.write(b"go\n")
             stdin.flush()
         deadline = time.monotonic() + options.warmup + options.duration + 30
         results = []
         for child, spec_out in zip(children, outputs, strict=True):
-            _read_line(_pipe(child.stdout), deadline, "a load worker")
+            read_line(pipe(child.stdout), deadline, "a load worker")
             results.append(json.loads(spec_out.read_text()))
         wall = time.monotonic() - wall_before
         cpu = (cpu_seconds(server_pid) - cpu_before) / wall
@@ -892,7 +752,7 @@ def cloister_proxy(
         ).bound_to("127.0.0.1")  # the services take a token only from its own address
         write_token_file(config / "tokens", record)
         tokens.append(record.secret)
-    port = _free_port()
+    port = free_port()
     argv = [
         sys.executable,
         "-m",
@@ -913,7 +773,7 @@ def cloister_proxy(
             argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT
         )
     try:
-        _wait_listening(port, child, "cloister-proxy", log)
+        wait_listening(port, child, "cloister-proxy", log)
         yield Route("cloister", ("127.0.0.1", port), tuple(tokens)), child, log
     finally:
         setup.processes.stop(child)
@@ -923,7 +783,7 @@ def cloister_proxy(
 def tinyproxy(
     setup: Setup, workdir: Path, binary: str
 ) -> Iterator[tuple[Route, subprocess.Popen[bytes], Path]]:
-    port = _free_port()
+    port = free_port()
     conf = workdir / "tinyproxy.conf"
     lines = [
         f"Port {port}",
@@ -945,7 +805,7 @@ def tinyproxy(
             stderr=subprocess.STDOUT,
         )
     try:
-        _wait_listening(port, child, "tinyproxy", log)
+        wait_listening(port, child, "tinyproxy", log)
         yield Route("tinyproxy", ("127.0.0.1", port)), child, log
     finally:
         setup.processes.stop(child)
@@ -1196,8 +1056,8 @@ def benchmark(options: argparse.Namespace, processes: Processes, workdir: Path) 
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
-    line = _read_line(
-        _pipe(upstream.stdout), time.monotonic() + READY_TIMEOUT, "the upstream servers"
+    line = read_line(
+        pipe(upstream.stdout), time.monotonic() + READY_TIMEOUT, "the upstream servers"
     )
     ports: dict[str, int] = json.loads(line)
     setup = Setup(options, processes, ports, script, upstream.pid, workdir)

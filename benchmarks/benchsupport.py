@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import os
+import select
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 
 class BenchError(RuntimeError):
@@ -118,3 +125,145 @@ def cgroup_memory(cgroup: Path) -> dict[str, int]:
     if not usage.exists():
         usage = cgroup / "memory.usage_in_bytes"
     return {"rss": rss, "cgroup": int(usage.read_text(encoding="utf-8"))}
+
+
+# -- child processes (the proxy and gateway benchmarks) ---------------------------------------
+
+
+_PR_SET_PDEATHSIG = 1
+_prctl: Callable[..., int] | None = None
+
+
+def _die_with_parent() -> None:
+    """In a new child (before exec): SIGTERM it if the benchmark itself dies."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Processes:
+    """Every child process we start; :meth:`stop` ends and reaps them (no zombies).
+
+    Children run in their own process group, so a Ctrl-C reaches only the benchmark,
+    which then stops them in order (the proxy is not interrupted mid-measurement), and
+    each one gets SIGTERM from the kernel should the benchmark be killed outright.
+    """
+
+    def __init__(self) -> None:
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        global _prctl  # noqa: PLW0603 - resolved once, in the parent, never after fork
+        if _prctl is None and sys.platform == "linux":
+            with contextlib.suppress(OSError, AttributeError):
+                _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        # The benchmark has no threads of its own, so a pre-exec hook is safe here.
+        child = subprocess.Popen(
+            argv,
+            process_group=0,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+            **options,
+        )
+        self._children.append(child)
+        return child
+
+    def stop(self, child: subprocess.Popen[bytes]) -> None:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=10)  # a profiled child writes its stats first
+            except subprocess.TimeoutExpired:
+                child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if child in self._children:
+            self._children.remove(child)
+
+    def stop_all(self) -> None:
+        for child in reversed(list(self._children)):
+            self.stop(child)
+
+
+def read_line(stream: IO[bytes], deadline: float, what: str) -> bytes:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise BenchError(f"timed out waiting for {what}")
+        ready, _, _ = select.select([stream], [], [], remaining)
+        if ready:
+            line = stream.readline()
+            if not line:
+                raise BenchError(f"{what}: the process exited")
+            return line
+
+
+def pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    if stream is None:
+        raise BenchError("a child process has no pipe")
+    return stream
+
+
+def wait_listening(
+    port: int, child: subprocess.Popen[bytes], what: str, log: Path, timeout: float = 20.0
+) -> None:
+    """Poll connect() until something accepts on *port*, the child dies, or time is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise BenchError(f"{what} exited with {child.returncode}: {log_tail(log)}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.02)
+    raise BenchError(f"{what} did not accept connections within {timeout:.0f} s")
+
+
+def log_tail(log: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _descendants(pid: int) -> list[int]:
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError, ValueError):
+            for child in (task / "children").read_text().split():
+                pids.extend(_descendants(int(child)))
+    return pids
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of *pid* and its descendants, in KiB."""
+    total = 0
+    for each in _descendants(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of *pid* and its descendants (all threads)."""
+    ticks = 0
+    for each in _descendants(pid):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def host_busy_seconds() -> float:
+    """CPU seconds the whole machine spent not idle (all CPUs, softirq included)."""
+    fields = [int(each) for each in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def open_fds(pid: int) -> int:
+    return sum(len(list(Path(f"/proc/{each}/fd").iterdir())) for each in _descendants(pid))
