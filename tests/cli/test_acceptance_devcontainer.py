@@ -8,13 +8,8 @@ the local ``debian:bookworm-slim``: no registry, no internet.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import secrets
-import select
 import shlex
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +18,7 @@ import docker
 import pytest
 
 from cloister_cli import devoverrides
+from tests import terminal
 from tests.cli.cli_support import (
     BASE_IMAGE,
     SLIM_IMAGE,
@@ -191,46 +187,15 @@ def test_a_changed_devcontainer_needs_a_yes(cli: CloisterCli, project: tuple[Pat
 
 
 def answer_in_terminal(cli: CloisterCli, repo: Path, answer: str) -> tuple[str, int]:
-    """`cloister start -d` on a terminal (a pty): what it showed before asking, and its
-    exit status after *answer*."""
-    main, child = pty.openpty()
-    process = subprocess.Popen(
+    """`cloister start -d` on a terminal: what it showed before asking, and its exit
+    status after *answer*."""
+    return terminal.answer_in_terminal(
         [str(cli.executable), "start", "-d"],
         cwd=repo,
         env=cli.env,
-        stdin=child,
-        stdout=child,
-        stderr=child,
-        close_fds=True,
+        question=b"Start with them?",
+        answer=answer,
     )
-    os.close(child)
-    shown = b""
-    deadline = time.monotonic() + 300
-    try:
-        while b"Start with them?" not in shown:
-            assert time.monotonic() < deadline, shown.decode(errors="replace")
-            ready, _, _ = select.select([main], [], [], 1)
-            if ready:
-                shown += os.read(main, 65536)
-            assert process.poll() is None, shown.decode(errors="replace")
-        os.write(main, f"{answer}\n".encode())
-        while True:  # drain, so the child never blocks on a full terminal
-            ready, _, _ = select.select([main], [], [], 1)
-            if ready:
-                try:
-                    if not os.read(main, 65536):
-                        break
-                except OSError:  # EIO: the child closed its side
-                    break
-            elif process.poll() is not None:
-                break
-            assert time.monotonic() < deadline
-        return shown.decode(errors="replace").replace("\r\n", "\n"), process.wait(60)
-    finally:
-        os.close(main)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 # The fields a dry run's docker run must reproduce, as `docker inspect` shows them.

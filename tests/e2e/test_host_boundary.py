@@ -102,12 +102,8 @@ test_restore_brings_back_a_vandalised_repository    ``reset --hard HEAD~3``, ``b
 from __future__ import annotations
 
 import hashlib
-import os
-import pty
-import select
 import shlex
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +111,7 @@ from pathlib import Path
 import pytest
 
 from cloister_core import beneath
+from tests import terminal
 from tests.cli.cli_support import (
     SLIM_IMAGE,
     Result,
@@ -656,46 +653,15 @@ PLANTED_SHAPE = (
 
 
 def answer_in_terminal(scene: Scene, answer: str) -> tuple[str, int]:
-    """``cloister start -d`` on a terminal (a pty): what it showed before asking, and
-    its exit status after *answer*."""
-    main, child = pty.openpty()
-    process = subprocess.Popen(
+    """``cloister start -d`` on a terminal: what it showed before asking, and its exit
+    status after *answer*."""
+    return terminal.answer_in_terminal(
         scene.stack.cli.command("start", "-d"),
         cwd=scene.repo,
         env=scene.stack.cli.env,
-        stdin=child,
-        stdout=child,
-        stderr=child,
-        close_fds=True,
+        question=b"Start with them?",
+        answer=answer,
     )
-    os.close(child)
-    shown = b""
-    deadline = time.monotonic() + 300
-    try:
-        while b"Start with them?" not in shown:
-            assert time.monotonic() < deadline, shown.decode(errors="replace")
-            ready, _, _ = select.select([main], [], [], 1)
-            if ready:
-                shown += os.read(main, 65536)
-            assert process.poll() is None, shown.decode(errors="replace")
-        os.write(main, f"{answer}\n".encode())
-        while True:  # drain, so the child never blocks on a full terminal
-            ready, _, _ = select.select([main], [], [], 1)
-            if ready:
-                try:
-                    if not os.read(main, 65536):
-                        break
-                except OSError:  # EIO: the child closed its side
-                    break
-            elif process.poll() is not None:
-                break
-            assert time.monotonic() < deadline
-        return shown.decode(errors="replace").replace("\r\n", "\n"), process.wait(60)
-    finally:
-        os.close(main)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_a_planted_shape_is_shown_and_refused(stack: Stack, scene_of: list[Scene]) -> None:
