@@ -19,6 +19,12 @@ from cloister_core.printable import printable
         ("zero\u200bwidth\u2060joiner\ufeff", "zero\\u200bwidth\\u2060joiner\\ufeff"),
         ("c1\x9bcontrol\x7f", "c1\\x9bcontrol\\x7f"),
         ("lone\udcffsurrogate", "lone\\udcffsurrogate"),
+        ("arabic\u061cletter mark", "arabic\\u061cletter mark"),
+        ("tag\U000e0041\U000e007fchars", "tag\\U000e0041\\U000e007fchars"),
+        ("line\u2028para\u2029sep", "line\\u2028para\\u2029sep"),
+        ("no\u00a0break\u3000space", "no\\xa0break\\u3000space"),
+        ("private\ue000use \U0010fffd", "private\\ue000use \\U0010fffd"),
+        ("soft\u00adhyphen", "soft\\xadhyphen"),
     ],
 )
 def test_control_and_invisible_characters_become_escapes(text: str, shown: str) -> None:

@@ -8,21 +8,23 @@ invisible format characters (a bidirectional override that shows ``txt.exe`` as
 
 from __future__ import annotations
 
-import re
 
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-# C0/C1 controls, DEL, the invisible format characters (bidirectional overrides and
-# isolates, zero-width ones, the BOM) and lone surrogates (undecodable file names).
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\ud800-\udfff]"
-)
+def _escape(character: str) -> str:
+    code = ord(character)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: str) -> str:
-    """*text* safe to print: control and invisible characters become escapes."""
-    return _UNSAFE.sub(_escape, text)
+    """*text* safe to print: what Unicode does not call printable becomes an escape.
+
+    That is :meth:`str.isprintable`'s set, kept current by the interpreter's Unicode
+    database: controls, format characters (bidirectional marks and overrides, the
+    Arabic letter mark, zero-width ones, tag characters), separators other than the
+    space (a line separator would start a new line), surrogates (undecodable file
+    names), private-use and unassigned code points.
+    """
+    if text.isprintable():
+        return text
+    return "".join(each if each.isprintable() else _escape(each) for each in text)
