@@ -588,3 +588,31 @@ def test_the_guardians_networks_are_never_an_upstream(
     (line,) = gateway.wait_for_audit(1)
     assert line["status"] == 502
     assert "guardian's own networks" in line["reason"]
+
+
+def echo_the_key(exchange: HttpExchange) -> tuple[int, list[tuple[str, str]], list[bytes]]:
+    """A vendor that names the key it refused, in a header and in a body split mid-key."""
+    key = dict(exchange.headers)["x-api-key"].encode()
+    body = b'{"error": {"message": "invalid x-api-key: ' + key + b'"}}'
+    split = body.index(key) + 10
+    return 401, [("X-Debug-Key", key.decode())], [body[:split], body[split:]]
+
+
+def test_the_key_a_vendor_echoes_never_reaches_the_agent(gateway: GatewayHarness) -> None:
+    upstream = HttpUpstream(echo_the_key)
+    try:
+        gateway.configure(f"http://127.0.0.1:{upstream.port}")
+        gateway.store()
+        record = gateway.add_token()
+        gateway.start()
+        response = messages(gateway, record.secret)
+        assert response.status_code == 401
+        assert REAL_KEY not in response.text
+        assert REAL_KEY not in str(response.headers)
+        masked = "*" * len(REAL_KEY)
+        assert response.json()["error"]["message"] == f"invalid x-api-key: {masked}"
+        assert response.headers["x-debug-key"] == masked
+        (exchange,) = upstream.received
+        assert dict(exchange.headers)["x-api-key"] == REAL_KEY  # it was sent, and only there
+    finally:
+        upstream.close()

@@ -20,6 +20,11 @@ _TRAILER_FIELD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f
 LAST_CHUNK = b"0\r\n\r\n"
 
 
+def frame_chunk(payload: bytes) -> bytes:
+    """*payload* as one chunk; nothing for none (a zero size is the end of the body)."""
+    return f"{len(payload):x}\r\n".encode("ascii") + payload + b"\r\n" if payload else b""
+
+
 class UpstreamBody:
     """Follows one request body and says what to send upstream for each piece read.
 
@@ -40,6 +45,15 @@ class UpstreamBody:
         self.done = framing.kind == "none" or (framing.kind == "length" and framing.length == 0)
 
     def feed(self, data: bytes) -> tuple[int, bytes]:
+        if self.done:
+            return 0, b""
+        taken, payload = self.feed_payload(data)
+        if self.kind != "chunked":
+            return taken, payload
+        return taken, frame_chunk(payload) + (LAST_CHUNK if self.done else b"")
+
+    def feed_payload(self, data: bytes) -> tuple[int, bytes]:
+        """Like :meth:`feed`, but the body's data alone (a chunked one decoded)."""
         if self.done:
             return 0, b""
         if self.kind == "length":
@@ -65,10 +79,7 @@ class UpstreamBody:
             if line is None:
                 break
             self._line_done(line)
-        payload = b"".join(pieces)
-        # never an empty chunk: a zero size is the end of the body
-        out = f"{len(payload):x}\r\n".encode("ascii") + payload + b"\r\n" if payload else b""
-        return position, out + LAST_CHUNK if self.done else out
+        return position, b"".join(pieces)
 
     def _take_line(self, data: bytes, position: int) -> tuple[int, bytes | None]:
         """Add to the current line; (new position, the line without CRLF once complete)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from cloister_core.credentials import (
@@ -70,6 +70,7 @@ class Forward:
     path: str  # the path after the agent's prefix (audited; no query string)
     dropped: tuple[str, ...]  # the client's headers not forwarded (audited)
     expects_continue: bool  # answer the client's Expect: 100-continue before its body
+    secret: bytes = field(repr=False)  # what was sent upstream: scrubbed from the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +171,13 @@ def plan(
             record,
         )
     upstream = Upstream.parse(api_bases.get(provider.agent) or provider.default_api_base)
+    secret = credential.secret.get_secret_value()
     kept, dropped = forwarded(provider.agent, head.headers)
     fields = [
         ("Host", upstream.authority),
         *kept,
         *_framing(head),  # as parsed here, whatever spelling the client used
-        *provider.upstream_headers(credential.method, credential.secret.get_secret_value()),
+        *provider.upstream_headers(credential.method, secret),
     ]
     request = render_head(f"{head.method} {upstream.base_path}{rest}{query} HTTP/1.1", fields)
     return Forward(
@@ -187,6 +189,7 @@ def plan(
         rest,
         dropped,
         _expects_continue(head),
+        secret.encode(),
     )
 
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from cloister_core.audit import AuditLog
 from cloister_core.credentials import provider_of
 from cloister_proxy.addresses import parse_address
-from cloister_proxy.credentials.body import UpstreamBody
+from cloister_proxy.credentials.body import LAST_CHUNK, UpstreamBody, frame_chunk
 from cloister_proxy.credentials.dialing import guard_refusal
 from cloister_proxy.credentials.limits import ConnectionBook, Ticket
 from cloister_proxy.credentials.plan import Forward, Refusal, Upstream, plan
+from cloister_proxy.credentials.scrub import Scrubber
 from cloister_proxy.credentials.settings import CredentialSettings
 from cloister_proxy.credentials.state import CredentialState
 from cloister_proxy.http1 import (
@@ -336,7 +337,10 @@ class CredentialGateway:
                 await writer.drain()
             body = UpstreamBody(head.framing)
             sent = await self._send_body(reader, connection, body, buffer)
-            status, received, reusable = await self._relay_response(writer, head, connection)
+            scrubber = Scrubber(forward.secret)
+            status, received, reusable = await self._relay_response(
+                writer, head, connection, scrubber
+            )
         except BaseException:
             connection.close()
             raise
@@ -383,7 +387,11 @@ class CredentialGateway:
                 raise ClientGoneError
 
     async def _relay_response(
-        self, writer: asyncio.StreamWriter, head: RequestHead, connection: Connection
+        self,
+        writer: asyncio.StreamWriter,
+        head: RequestHead,
+        connection: Connection,
+        scrubber: Scrubber,
     ) -> tuple[int, int, bool]:
         idle = self._settings.idle_timeout.total_seconds()
         pending = connection.buffer
@@ -399,26 +407,36 @@ class CredentialGateway:
             response = parse_response_head(bytes(pending[:end]), head.method)
             del pending[:end]
             close = response.status >= 200 and not (response.keep_alive and head.keep_alive)
-            writer.write(render_forward_response(response, close=close))
+            writer.write(scrubber.scrub(render_forward_response(response, close=close)))
             if response.status >= 200:
                 break
+        # A chunked answer is decoded and chunked anew, so that the key is found in its
+        # data even where the vendor's chunks split it.
+        chunked = response.framing.kind == "chunked"
         tracker = BodyTracker(response.framing)
+        decoder = UpstreamBody(response.framing) if chunked else None
         received = 0
         data = bytes(pending)
         pending.clear()
         while True:
-            taken = tracker.feed(data)
-            if taken:
-                writer.write(data[:taken])
-                received += taken
+            if decoder is not None:
+                taken, payload = decoder.feed_payload(data)
+                done = decoder.done
+            else:
+                taken = tracker.feed(data)
+                payload, done = data[:taken], tracker.done
+            received += taken
+            out = scrubber.feed(payload) + (scrubber.flush() if done else b"")
+            writer.write(frame_chunk(out) + (LAST_CHUNK if done else b"") if chunked else out)
             await writer.drain()  # each event on its way at once (SSE)
-            if tracker.done:
+            if done:
                 connection.buffer += data[taken:]
                 return response.status, received, not close and response.keep_alive
             async with asyncio.timeout(idle):
                 data = await connection.reader.read(READ_SIZE)
             if not data:
                 if tracker.kind == "close":
+                    writer.write(scrubber.flush())
                     return response.status, received, False
                 raise HttpError(502, "the upstream closed the connection mid-body")
 
