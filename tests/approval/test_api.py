@@ -335,6 +335,24 @@ def test_write_failure_falls_back_to_session(
     assert path.read_text(encoding="utf-8") == "allow: [\n"
 
 
+def test_a_global_decision_goes_to_a_file_in_the_go_implementations_shape(
+    client: TestClient, settings: ApprovalSettings
+) -> None:
+    path = settings.paths.global_decisions
+    path.parent.mkdir(parents=True)
+    path.write_text("proxy:\n  deny:\n    - domain: bad.test\n", encoding="utf-8")
+    waiting = hold_domain(client)
+    (item,) = wait_until(lambda: pending_domains(client), TIMEOUT, "the held domain")
+    decision = client.post(
+        f"/api/v1/domains/{item['id']}/decision", json={"action": "allow", "scope": "global"}
+    ).json()
+    waiting.join()
+    assert (decision["scope"], decision["warning"]) == ("global", None)  # not a session one
+    assert load_decision_file(path).allow == (RuleEntry(domain="api.example.com"),)
+    assert path.read_text(encoding="utf-8").startswith("proxy:\n  deny:\n")
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
 def test_no_file_at_all_still_answers_once(client: TestClient, settings: ApprovalSettings) -> None:
     settings.paths.decisions_dir.mkdir(parents=True)
     settings.paths.project_decisions_dir.write_text("", encoding="utf-8")  # not a directory
@@ -369,7 +387,7 @@ def test_a_command_approved_beyond_once_is_written_and_undone(
     where = "for the session of api" if scope == "session" else "for project api"
     assert decision["summary"] == f"Approved git push origin main {where}, in /home/me/api"
     assert (decision["scope"], decision["file"], decision["undoable"]) == (scope, str(path), True)
-    pattern = r"^git\ push\ origin\ main$"
+    pattern = "^git push origin main$"
     assert decision["rule"] == pattern
     (written,) = load_decision_file(path).hostexec.auto_approve
     assert written.pattern == pattern

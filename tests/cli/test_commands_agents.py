@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cloister_cli.commands import setup as setup_command
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_cli.main import cli
 from cloister_core.credentials import load
 from cloister_core.paths import CloisterPaths

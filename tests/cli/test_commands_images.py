@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cloister_cli.commands.images import images
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_cli.projectimages import PROJECT_LABEL
 from cloister_core.paths import CloisterPaths
 from tests.cli.cli_support import BASE_IMAGE, CloisterCli, unique

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cloister_cli import cloisterlogs
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_cli.main import cli
 from cloister_core.audit import AuditLog
 from cloister_core.paths import CloisterPaths

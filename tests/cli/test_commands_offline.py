@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from cloister_cli import git, projects, sessions, starting
 from cloister_cli.cloisters import Workspace
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from cloister_cli import sessions
 from cloister_cli.cloisters import Workspace
 from cloister_cli.commands.review import FOUND_EXIT
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core.paths import CloisterPaths
@@ -131,6 +131,8 @@ def test_fix_moves_what_is_safe_to_and_reports_the_rest(
     assert fixed.exit_code == FOUND_EXIT, fixed.output  # the .envrc needs a human
     assert not (sub / ".git").exists()
     assert "moved" in fixed.output
+    assert "after --fix, 1 thing remains that would run code" in " ".join(fixed.output.split())
+    assert " left left " not in fixed.output
     assert list((paths.quarantine_dir / "api").glob("*/tools/lib/.git/config"))
     run_git(sub.parent.parent, "status")
     assert not marker.exists()

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from cloister_cli import completion_sources
+from cloister_cli.context import Context
 from cloister_cli.hub_client import HubError
-from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_core.fileio import lock_path
 from cloister_core.paths import CloisterPaths

@@ -277,3 +277,35 @@ def test_relative_ref_without_root(env: dict[str, str]) -> None:
     assert error["message"] == (
         "ref 'lib' is relative, and the project has no `root:` to resolve it"
     )
+
+
+REFERENCE = Path(__file__).parents[1] / "core" / "config" / "fixtures" / "reference"
+
+
+def test_the_go_implementations_files_load(env: dict[str, str]) -> None:
+    config_dir = Path(env["CLOISTER_CONFIG_DIR"])
+    write(config_dir / "config.yaml", (REFERENCE / "reference-global.yaml").read_text())
+    write(
+        config_dir / "approvals" / "global.yaml",
+        (REFERENCE / "approvals" / "global.yaml").read_text(),
+    )
+    code, output = run(env, "config", "check")
+    assert code == 0, output
+    assert f"moved {config_dir / 'approvals' / 'global.yaml'} to" in output
+    assert not (config_dir / "approvals").exists()
+    # Each key set aside once, at its line, with what Cloister does instead.
+    assert output.count("proxy.rate_limit is not used by Cloister") == 1
+    assert re.search(r"config\.yaml:\d+:3: warning: proxy\.listen is not used by Cloister", output)
+    assert "agents.{claude,codex,gemini}.command is not used by Cloister" in output
+    assert "is read as devcontainer.trusted_features" in output
+    summary = "25 domain rules, configuration is valid (17 warnings; --strict makes them errors)"
+    assert summary in output
+    code, output = run(env, "config", "check", "--strict")
+    assert code == 1
+    assert "17 warnings, which --strict makes errors" in output
+    code, output = run(env, "config", "show", "--json")
+    assert code == 0, output
+    document = json.loads(output[output.index("{") :])
+    rules = {(rule["action"], rule["rule"]) for rule in document["domains"]}
+    assert {("deny", "*.malware-cdn.example.com"), ("allow", "test.org")} <= rules
+    assert document["hostexec"]["auto_approve"][0]["pattern"] == "^docker compose ps$"

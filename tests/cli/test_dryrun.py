@@ -17,12 +17,12 @@ from cloister_cli import (
     dryrun,
     git,
     gitmounts,
-    lifecycle,
     previewing,
     projectimages,
     starting,
 )
 from cloister_cli.cloisters import ContainerPlan, Extras, Forbidden, Workspace
+from cloister_cli.context import Context
 from cloister_cli.projects import Project
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.devcontainer import load_devcontainer
@@ -243,7 +243,7 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         '{"image": "debian:bookworm-slim", "runArgs": ["--privileged"],'
         ' "postCreateCommand": "make setup", "containerEnv": {"SHOWN": "a\\u001b[8mb"}}',
     )
-    context = lifecycle.Context(paths=paths, home=home)
+    context = Context(paths=paths, home=home)
     context.without_writing()
     context.__dict__["docker"] = _Engine()
     context.__dict__["guardian"] = _Guardian()
@@ -299,11 +299,11 @@ def test_url_userinfo_is_masked() -> None:
     assert dryrun.masked("MIRROR", "https://host/x@y", "") == "https://host/x@y"
 
 
-def preview_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> lifecycle.Context:
+def preview_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Context:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     paths = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
-    context = lifecycle.Context(paths=paths, home=home)
+    context = Context(paths=paths, home=home)
     context.without_writing()
     context.__dict__["docker"] = _Engine()
     context.__dict__["guardian"] = _Guardian()

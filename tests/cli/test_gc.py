@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cloister_cli import gc, projects, starting
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_cli.projects import Project
 from cloister_cli.snapshots import Target, take
 from cloister_core import beneath, stack
@@ -289,3 +289,44 @@ def test_sync_containers_a_killed_sync_left_are_removed(tmp_path: Path) -> None:
     for listing in engine.called("containers.list"):  # the instance's own, never another's
         assert listing["all"]
         assert INSTANCE.label_filter in listing["filters"]["label"]
+
+
+def test_stand_ins_a_killed_stop_left_are_listed_then_removed(tmp_path: Path) -> None:
+    """Those of a stopped session (a stop killed after it recorded the end), if still
+    empty; never a running cloister's. An open session's are its stop's to remove (gc
+    stops a dead cloister first, review included)."""
+    engine = FakeEngine()
+    context = context_for(tmp_path, engine)
+    now = datetime.now(UTC)
+    made: dict[str, list[Path]] = {}
+    for name, stopped in (("killed", now), ("dead", None), ("alive", now)):
+        root = tmp_path / name
+        made[name] = [root / ".vscode", root / ".vscode" / "tasks.json", root / ".envrc"]
+        for path in made[name]:
+            path.mkdir(parents=True)
+        write_session(
+            context.paths,
+            SessionRecord(
+                cloister=name,
+                project=name,
+                worktree=str(root),
+                started_at=now,
+                stopped_at=stopped,
+                placeholders=tuple(str(path) for path in made[name]),
+            ),
+        )
+    run_cloister(engine, "alive", tmp_path / "alive")
+    (tmp_path / "killed" / ".envrc" / "yours").write_text("now the human's\n", encoding="utf-8")
+    found = gc.survey(context)
+    killed = tmp_path / "killed"
+    assert found.stand_ins == {"killed": [killed / ".envrc", killed / ".vscode" / "tasks.json"]}
+    assert not found.empty
+    assert all(path.is_dir() for paths in made.values() for path in paths)  # survey only
+    done = gc.collect(context, found)
+    assert done.stand_ins == [killed / ".vscode" / "tasks.json"]
+    assert not (killed / ".vscode").exists()
+    assert (killed / ".envrc" / "yours").is_file()
+    assert found.dead == ["dead"]
+    assert all(path.is_dir() for path in made["alive"])
+    assert not (tmp_path / "dead" / ".vscode").exists()  # by its stop
+    assert gc.survey(context).stand_ins == {}

@@ -115,10 +115,23 @@ def test_a_missing_nested_path_gets_its_parents_made_and_pinned(repo: Path, home
     assert not vscode.exists()
 
 
+def test_the_stand_ins_are_the_protected_paths_not_their_parents(repo: Path, home: Path) -> None:
+    git_plan = plan(repo, home, (".vscode/tasks.json", ".envrc", "docs/a/b"))
+    assert gitmounts.stand_ins(git_plan.placeholders) == [
+        repo / ".envrc",
+        repo / ".vscode" / "tasks.json",
+        repo / "docs" / "a" / "b",
+    ]
+    removed = gitmounts.remove_placeholders(git_plan.placeholders, repo)
+    assert sorted(removed) == sorted(git_plan.placeholders)
+    assert names(repo) == [".git", "README"]
+
+
 def test_a_parent_the_agent_wrote_into_stays_at_stop(repo: Path, home: Path) -> None:
     git_plan = plan(repo, home, (".vscode/tasks.json",))
     (repo / ".vscode" / "settings.json").write_text("{}", encoding="utf-8")
-    gitmounts.remove_placeholders(git_plan.placeholders, repo)
+    removed = gitmounts.remove_placeholders(git_plan.placeholders, repo)
+    assert removed == [repo / ".vscode" / "tasks.json"]
     assert not (repo / ".vscode" / "tasks.json").exists()
     assert (repo / ".vscode" / "settings.json").is_file()
 

@@ -287,6 +287,19 @@ def test_paths_with_unusual_characters_render_as_they_are(tmp_path: Path, direct
     paths = CloisterPaths(tmp_path / directory / "config", tmp_path / directory / "data")
     stack = render(paths)
     assert volumes(stack["services"]["proxy"])["/config"] == f"{paths.config_dir}:ro"
+    # Refusals name the files the human edits: the host's config directory, as data.
+    proxy, gateway = stack["services"]["proxy"], stack["services"]["gateway"]
+    assert proxy["environment"]["CLOISTER_PROXY_HOST_CONFIG_DIR"] == str(paths.config_dir)
+    assert gateway["environment"]["CLOISTER_GATEWAY_HOST_CONFIG_DIR"] == str(paths.config_dir)
+
+
+def test_start_moves_the_go_implementations_approvals(paths: CloisterPaths) -> None:
+    old = paths.config_dir / "approvals" / "projects" / "api.yaml"
+    old.parent.mkdir(parents=True)
+    old.write_text("proxy:\n  allow:\n    - domain: a.test\n", encoding="utf-8")
+    guardian_for(paths)._ensure_files()
+    assert paths.project_decisions("api").read_text(encoding="utf-8").endswith("a.test\n")
+    assert not (paths.config_dir / "approvals").exists()
 
 
 # -- networks ----------------------------------------------------------------------------

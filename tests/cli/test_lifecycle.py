@@ -7,8 +7,9 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from cloister_cli import lifecycle, starting
+from cloister_cli import starting
 from cloister_cli.cloisters import CloisterStartError
+from cloister_cli.context import Context
 from cloister_core.paths import CloisterPaths
 
 
@@ -32,7 +33,7 @@ def test_bad_refs_fail_before_any_image_is_built(
     project_file = paths.project_config("my-api")
     project_file.parent.mkdir(parents=True)
     project_file.write_text(f"root: {directory}\nrefs: [../missing]\n", encoding="utf-8")
-    context = lifecycle.Context(paths=paths, home=tmp_path / "home")
+    context = Context(paths=paths, home=tmp_path / "home")
     context.__dict__["docker"] = _Engine()  # the cached property, filled in
 
     def building(*args: object, **kwargs: object) -> None:

@@ -157,3 +157,45 @@ def test_list_imports_neither_the_docker_sdk_nor_the_lifecycle(tmp_path: Path) -
         assert heavy(imported(tmp_path, "list", "--json", env=env)) == []
         assert heavy(imported(tmp_path, "list", env=env)) == []
     assert len(api.requests) == 2  # it did ask the engine, twice
+
+
+# Commands that read files only: the config, projects, snapshot records, worktrees.
+OFFLINE = [
+    ("setup", "--list"),
+    ("config", "check"),
+    ("config", "show"),
+    ("config", "path"),
+    ("project", "list"),
+    ("worktree", "list"),
+    ("restore", "api", "--list"),
+]
+ENGINE_ONLY = ("docker", "requests", "httpx", "cloister_cli.lifecycle", "cloister_cli.starting")
+
+
+@pytest.mark.parametrize("args", OFFLINE, ids=" ".join)
+def test_commands_without_the_engine_import_no_engine_client(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "CLOISTER_CONFIG_DIR": str(tmp_path / "config"),
+        "CLOISTER_DATA_DIR": str(tmp_path / "data"),
+    }
+    modules = imported(tmp_path, *args, env=env)
+    assert f"cloister_cli.commands.{args[0]}" in modules  # it ran
+    assert [m for m in modules if m.split(".")[0] in ENGINE_ONLY or m in ENGINE_ONLY] == []
+
+
+def test_images_list_loads_no_config_parser(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}",  # it fails after the imports
+        "CLOISTER_CONFIG_DIR": str(tmp_path / "config"),
+        "CLOISTER_DATA_DIR": str(tmp_path / "data"),
+    }
+    modules = imported(tmp_path, "images", "list", env=env)
+    assert "cloister_cli.projectimages.store" in modules
+    parsers = ("ruamel", "cloister_core.config", "cloister_core.devcontainer", "json5")
+    assert [m for m in modules if m.startswith(parsers)] == []

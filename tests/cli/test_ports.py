@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from cloister_cli import ports
+from cloister_cli.context import Context
 from cloister_cli.guardian import whose
-from cloister_cli.lifecycle import Context
 from cloister_cli.main import cli
 from cloister_cli.ports import PortError, PortSpec
 from cloister_core import stack

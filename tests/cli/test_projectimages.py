@@ -12,7 +12,7 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -379,6 +379,36 @@ def test_the_layers_are_built_in_order_each_on_the_one_before(
     shown = [what for what, _ in lines]
     assert shown[0].endswith("(.devcontainer/Dockerfile)")
     assert shown[-1].endswith("(.cloister/Dockerfile)")
+
+
+def test_a_failing_step_shows_its_header_and_output(
+    engine: FakeEngine,
+    paths: CloisterPaths,
+    project: Path,
+    source: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (project / ".devcontainer" / "devcontainer.json").unlink()
+
+    def failing(**kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield {"stream": "Step 1/2 : FROM sha256:agent1\n"}
+        yield {"stream": "Step 2/2 : RUN apt-get install -y tool\n ---> Running in 1a2b\n"}
+        yield {"stream": "\x1b[91mE: Unable to locate package tool\n\x1b[0m"}
+        command = "/bin/sh -c apt-get install -y tool"
+        yield {"error": f"The command '{command}' returned a non-zero code: 100"}
+
+    monkeypatch.setattr(engine.client.api, "build", failing)
+    lines: list[str] = []
+    with pytest.raises(ProjectImageError) as raised:
+        ensure(engine, paths, project, source, progress=lambda what, line: lines.append(line))
+    assert str(raised.value).split("\n") == [
+        "building .cloister/Dockerfile: The command '/bin/sh -c apt-get install -y tool'"
+        " returned a non-zero code: 100",
+        "  at Step 2/2 : RUN apt-get install -y tool",
+        "  its output:",
+        "  | E: Unable to locate package tool",
+    ]
+    assert lines[-1] == "E: Unable to locate package tool"
 
 
 def test_the_steps_say_what_happens(

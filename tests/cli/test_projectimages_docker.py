@@ -1,14 +1,16 @@
 """Project images built for real, with the classic builder, from local images only.
 
 The Dockerfiles download nothing (this machine has no registry and no internet):
-``debian:bookworm-slim`` must be present. Every image a test makes carries the
-project label of a unique project name and is removed at the end; nothing else on
-the engine (another CI job may share it) is touched.
+``debian:bookworm-slim`` must be present, and Cloister's slim agent image is built from
+this tree when it is missing or stale (as ``cloister start`` would). Every image a test
+makes carries the project label of a unique project name and is removed at the end;
+nothing else on the engine (another CI job may share it) is touched.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,8 @@ import docker
 import docker.errors
 import pytest
 
-from cloister_cli import projectimages
-from cloister_cli.projectimages import PROJECT_LABEL, ImagePlan
+from cloister_cli import images, projectimages
+from cloister_cli.projectimages import PROJECT_LABEL, ImagePlan, ProjectImageError
 from cloister_core.devcontainer import load_devcontainer
 from cloister_core.paths import CloisterPaths
 from tests.cli.cli_support import BASE_IMAGE, unique
@@ -63,6 +65,30 @@ def project_name(docker_client: docker.DockerClient, skip_or_fail: SkipOrFail) -
         yield name
     finally:
         remove_project_images(docker_client, name)
+
+
+@pytest.fixture(scope="module")
+def agent_image(
+    docker_client: docker.DockerClient,
+    skip_or_fail: SkipOrFail,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> str:
+    """``cloister-slim:latest`` as this tree builds it (built here when missing or stale)."""
+    try:
+        docker_client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        skip_or_fail(f"{BASE_IMAGE} is not present locally (and nothing is pulled)")
+    spec = images.SLIM_AGENT_IMAGE
+    fingerprint = images.source_fingerprint(REPOSITORY, spec)
+    if not images.is_current(docker_client, spec.tag, fingerprint):
+        context = images.assemble_context(
+            REPOSITORY,
+            spec,
+            tmp_path_factory.mktemp("slim") / "context",
+            docker_client.info()["Architecture"],
+        )
+        images.build_image(docker_client, context, spec.tag, fingerprint=fingerprint)
+    return spec.tag
 
 
 def build(
@@ -145,3 +171,85 @@ def test_a_devcontainer_build_with_a_cloister_dockerfile(
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client.images.get(first.tag)
     docker_client.images.get(changed.tag)  # the current one stays
+
+
+# What people write on top of an agent image: steps that need root, none the network.
+ROOT_STEPS = (
+    "RUN apt-get clean && dpkg --configure -a && mkdir /opt/tool"
+    " && useradd --no-create-home extra && id -u > /opt/tool/built-by\n"
+)
+
+
+def write_dockerfile(root: Path, where: str, agent_image: str, steps: str) -> None:
+    """A ``.cloister/Dockerfile`` on the agent image (the documented base), or a
+    devcontainer whose Dockerfile starts ``FROM`` it."""
+    if where == ".cloister":
+        (root / ".cloister").mkdir(parents=True)
+        (root / ".cloister" / "Dockerfile").write_text(
+            "ARG CLOISTER_BASE\nFROM ${CLOISTER_BASE}\n" + steps
+        )
+        return
+    (root / ".devcontainer").mkdir(parents=True)
+    (root / ".devcontainer" / "devcontainer.json").write_text(
+        json.dumps({"build": {"dockerfile": "Dockerfile"}})
+    )
+    (root / ".devcontainer" / "Dockerfile").write_text(f"FROM {agent_image}\n" + steps)
+
+
+def ensure(
+    client: docker.DockerClient, tmp_path: Path, root: Path, project: str, agent_image: str
+) -> ImagePlan:
+    found = root / ".devcontainer" / "devcontainer.json"
+    devcontainer = (
+        load_devcontainer(found, project_root=root, home=tmp_path / "home", environ={})
+        if found.exists()
+        else None
+    )
+    return projectimages.ensure_project_image(
+        client,
+        CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data"),
+        project=project,
+        root=root,
+        devcontainer=devcontainer,
+        base_image=agent_image,
+        source=REPOSITORY,
+    )
+
+
+@pytest.mark.parametrize("where", [".cloister", ".devcontainer"])
+def test_a_dockerfile_from_the_agent_image_runs_its_steps_as_root(
+    docker_client: docker.DockerClient,
+    agent_image: str,
+    project_name: str,
+    tmp_path: Path,
+    where: str,
+) -> None:
+    assert (docker_client.images.get(agent_image).attrs["Config"].get("User") or "root") == "root"
+    root = tmp_path / "project"
+    write_dockerfile(root, where, agent_image, ROOT_STEPS)
+
+    plan = ensure(docker_client, tmp_path, root, project_name, agent_image)
+
+    assert not plan.cached
+    inside = run(docker_client, plan.tag, "cat /opt/tool/built-by && id -un extra && ls -d /work")
+    assert inside.splitlines() == ["0", "extra", "/work"]
+
+
+def test_a_failing_step_shows_its_output_in_the_error(
+    docker_client: docker.DockerClient, agent_image: str, project_name: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "project"
+    failing = "RUN echo working on it; echo the-reason >&2; exit 3"
+    write_dockerfile(root, ".cloister", agent_image, f"RUN true\n{failing}\n")
+
+    with pytest.raises(ProjectImageError) as raised:
+        ensure(docker_client, tmp_path, root, project_name, agent_image)
+
+    lines = str(raised.value).split("\n")
+    assert lines[0] == (
+        "building .cloister/Dockerfile: The command"
+        " '/bin/sh -c echo working on it; echo the-reason >&2; exit 3' returned a non-zero code: 3"
+    )
+    assert re.fullmatch(rf"  at Step 4/\d+ : {re.escape(failing)}", lines[1]), lines[1]
+    assert lines[2] == "  its output:"
+    assert sorted(lines[3:]) == ["  | the-reason", "  | working on it"]  # stderr may come first

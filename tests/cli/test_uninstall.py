@@ -18,7 +18,8 @@ from click.testing import CliRunner, Result
 from cloister_cli import executor_process, git, gitdirs, lifecycle, projects, sessions, starting
 from cloister_cli import uninstall as library
 from cloister_cli.cloisters import Workspace
-from cloister_cli.lifecycle import Context, StopOutcome
+from cloister_cli.context import Context
+from cloister_cli.lifecycle import StopOutcome
 from cloister_cli.main import cli
 from cloister_cli.projects import Project
 from cloister_core import stack

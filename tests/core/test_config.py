@@ -228,7 +228,7 @@ def test_broken_yaml_names_file_and_line(
         (
             "hostexec:\n  auto_approve:\n    - pattern: '^git ('\n",
             ":3:16:",
-            "not a valid regular expression",
+            "not a valid RE2 regular expression: '^git (' (missing ): ^git ()",
         ),
         ("- just\n- a list\n", ":1:1:", "expected a mapping"),
         ("proxy: 3\n", ":1:8:", "proxy:"),

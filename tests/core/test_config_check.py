@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cloister_core import credentials
 from cloister_core.config import ensure_default_config
 from cloister_core.config.check import check_configuration
 from cloister_core.paths import CloisterPaths
@@ -242,3 +243,50 @@ def test_every_broken_file_is_reported(paths: CloisterPaths, suffixes: PublicSuf
     assert report.project_config is None
     # The files that loaded are still linted.
     assert [w.kind for w in report.warnings] == ["public-suffix"]
+
+
+@pytest.mark.parametrize(
+    ("methods", "warned"),
+    [
+        ({"claude": "api-key"}, None),  # through the credential gateway: no rule needed
+        ({"claude": "oauth-token", "codex": "api-key"}, None),
+        ({"claude": "api-key", "codex": "existing-login"}, "api.openai.com),"),
+        ({"gemini": "existing-login"}, "generativelanguage.googleapis.com),"),
+    ],
+)
+def test_agents_on_the_credential_gateway_need_no_provider_rule(
+    paths: CloisterPaths,
+    suffixes: PublicSuffixes,
+    methods: dict[str, credentials.Method],
+    warned: str | None,
+) -> None:
+    write(paths.config_file, "proxy:\n  allow: [{domain: docs.example.org}]\n")
+    write(paths.global_decisions, "")
+    for agent, method in methods.items():
+        credentials.store(paths, agent, method, None if method == "existing-login" else "s3cret")
+    report = check_configuration(paths, None, suffixes=suffixes)
+    found = [warning.message for warning in report.warnings if warning.kind == "no-ai-providers"]
+    if warned is None:
+        assert found == []
+    else:
+        [message] = found
+        assert f"no rule allows the AI providers' APIs ({warned}" in message
+
+
+def test_the_go_implementations_first_run_file_checks_with_warnings(
+    paths: CloisterPaths, suffixes: PublicSuffixes
+) -> None:
+    reference = Path(__file__).parent / "config" / "fixtures" / "reference"
+    text = (reference / "first-run.yaml").read_text(encoding="utf-8")
+    write(paths.config_file, text)
+    report = check_configuration(paths, None, suffixes=suffixes)
+    assert report.errors == ()
+    assert report.domain_rules == 33  # its 32, and the global decision
+    kinds = {warning.kind for warning in report.warnings}
+    assert kinds == {"ignored-key"}
+    lines = text.splitlines()
+    for warning in report.warnings:
+        key = warning.message.split(" ", 1)[0].rsplit(".", 1)[-1]
+        assert warning.line is not None
+        assert lines[warning.line - 1].lstrip().startswith(f"{key}:"), warning.render()
+    assert len(report.warnings) == len({warning.message for warning in report.warnings}) == 14

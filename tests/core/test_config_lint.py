@@ -43,7 +43,7 @@ def test_every_probe_is_a_distinct_dangerous_command() -> None:
         ("[^\\x00]*", "any command"),
         ("\\S+( \\S+)*", "'rm -rf /'"),  # no quoted argument, but any program
         ("^rm .*$", "'rm -rf /'"),
-        ("^python3? .*$", "'python3 -c"),
+        ("^python3? .*$", "python3 -c 'import os"),
         ("^git .*$", None),
         ("^gh pr (list|view)( .*)?$", None),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from cloister_core.commands import CommandPolicy, canonical_command
 from cloister_core.config import load_decision_file
-from cloister_core.config.models import RuleEntry
-from cloister_core.decisions import DecisionStore
+from cloister_core.config.models import CommandRules, RuleEntry
+from cloister_core.decisions import DecisionStore, Migration, migrate_approvals
 from cloister_core.errors import ConfigError
 from cloister_core.fileio import lock_path
 from cloister_core.paths import CloisterPaths
@@ -137,3 +139,134 @@ def test_processes_writing_at_once_lose_nothing(paths: CloisterPaths, store: Dec
         list(pool.map(_process_writer, [str(paths.config_dir)] * 4, range(4)))
     entries = {entry.target for entry in store.load("global").deny}
     assert entries == {f"p{i}-r{r}.test" for i in range(4) for r in range(5)}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["git", "push", "origin", "main"],
+        ["echo", "it's (fine) [a-z]*?"],
+        ["printf", "%s,%d\\n", "a.b|c^d$e{2}"],
+        ["echo", "two\nlines"],
+        ["echo", "café"],
+    ],
+)
+def test_an_approved_command_is_a_pattern_for_exactly_it(
+    store: DecisionStore, paths: CloisterPaths, argv: list[str]
+) -> None:
+    command = canonical_command(argv)
+    change = store.add_command("project", command, "api")
+    (written,) = load_decision_file(paths.project_decisions("api")).hostexec.auto_approve
+    assert written.pattern == change.pattern
+    commands = CommandPolicy.from_rules([(change.path, CommandRules(auto_approve=(written,)))])
+    assert commands.decide(argv).action == "auto_approve"
+    assert commands.decide([*argv, "--force"]).action == "deny"
+    assert commands.decide([argv[0], *argv[1:-1], argv[-1] + "x"]).action == "deny"
+    assert store.remove_command("project", command, "api").changed
+
+
+def test_a_new_file_has_its_lists_under_proxy_as_config_yaml(store: DecisionStore) -> None:
+    change = store.add("global", "allow", RuleEntry(domain="a.test"))
+    store.add_command("global", "make test")
+    text = change.path.read_text(encoding="utf-8")
+    assert "proxy:\n  allow:\n    - domain: a.test\n" in text
+    assert "hostexec:\n  auto_approve:\n" in text
+    assert store.load("global").allow == (RuleEntry(domain="a.test"),)
+    assert store.remove("global", "allow", RuleEntry(domain="a.test")).changed
+    assert store.load("global").allow == ()
+
+
+def test_a_file_with_its_lists_at_the_top_keeps_that_shape(store: DecisionStore) -> None:
+    path = store.path_for("project", "p")
+    path.parent.mkdir(parents=True)
+    path.write_text("allow:\n  - domain: old.test\n", encoding="utf-8")
+    store.add("project", "deny", RuleEntry(domain="bad.test"), "p")
+    assert path.read_text(encoding="utf-8") == (
+        "allow:\n  - domain: old.test\ndeny:\n  - domain: bad.test\n"
+    )
+
+
+def test_a_file_in_the_go_implementations_shape_takes_global_decisions(
+    store: DecisionStore,
+) -> None:
+    path = store.path_for("global")
+    path.parent.mkdir(parents=True)
+    reference = Path(__file__).parent / "config" / "fixtures" / "reference"
+    text = (reference / "reference-decisions.yaml").read_text(encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
+    # Refused before: the hub then fell back to a session decision.
+    assert store.add("global", "allow", RuleEntry(domain="new.test")).changed
+    assert not store.add("global", "allow", RuleEntry(domain="pkg.go.dev")).changed
+    assert store.remove("global", "deny", RuleEntry(pattern="*.sketchy.io")).changed
+    written = path.read_text(encoding="utf-8")
+    assert written.startswith(text.split("proxy:")[0])  # its comments are kept
+    assert "    - domain: new.test\n" in written
+    assert "allow:" not in written.split("proxy:")[0]  # nothing at the top
+    decisions = load_decision_file(path)
+    assert decisions.allow[-1] == RuleEntry(domain="new.test")
+    assert RuleEntry(pattern="*.sketchy.io") not in decisions.deny
+
+
+def test_both_shapes_in_one_file_are_merged(store: DecisionStore) -> None:
+    path = store.path_for("global")
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        "allow:\n  - domain: top.test\nproxy:\n  allow:\n    - domain: nested.test\n",
+        encoding="utf-8",
+    )
+    assert [entry.target for entry in store.load("global").allow] == ["top.test", "nested.test"]
+    assert not store.add("global", "allow", RuleEntry(domain="top.test")).changed
+    store.add("global", "allow", RuleEntry(domain="third.test"))
+    assert "    - domain: third.test\n" in path.read_text(encoding="utf-8")
+    path.write_text("proxy:\n  allow:\n    - domian: x.test\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{path}:3:7: unknown key 'domian' in proxy\.allow"):
+        store.load("global")
+    path.write_text("proxy:\n  listen: ':3128'\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="a decision file holds only allow and deny there"):
+        store.load("global")
+
+
+def test_files_are_the_users_alone(store: DecisionStore) -> None:
+    path = store.path_for("project", "p")
+    path.parent.mkdir(parents=True)
+    path.write_text("allow: []\n", encoding="utf-8")
+    path.chmod(0o644)  # as earlier versions wrote it
+    store.add("project", "allow", RuleEntry(domain="a.test"), "p")
+    assert path.stat().st_mode & 0o777 == 0o600
+    session = store.add_command("session", "make test", "api").path
+    assert session.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_go_implementations_approvals_directory_is_moved(paths: CloisterPaths) -> None:
+    reference = Path(__file__).parent / "config" / "fixtures" / "reference" / "approvals"
+    old = paths.config_dir / "approvals"
+    shutil.copytree(reference, old)
+    migration = migrate_approvals(paths)
+    assert migration.left == ()
+    assert sorted(target for _source, target in migration.moved) == [
+        paths.global_decisions,
+        paths.project_decisions("my-api"),
+    ]
+    assert not old.exists()
+    assert paths.global_decisions.read_bytes() == (reference / "global.yaml").read_bytes()
+    assert paths.global_decisions.stat().st_mode & 0o777 == 0o600
+    assert [e.target for e in load_decision_file(paths.project_decisions("my-api")).allow] == [
+        "project.dev",
+        "*.internal.corp",
+    ]
+    assert migrate_approvals(paths) == Migration()  # nothing left to do
+
+
+def test_a_decision_file_already_there_is_never_replaced(paths: CloisterPaths) -> None:
+    old = paths.config_dir / "approvals"
+    (old / "projects").mkdir(parents=True)
+    (old / "global.yaml").write_text("proxy:\n  allow:\n    - domain: old.test\n")
+    (old / "projects" / "p.yaml").write_text("proxy:\n  deny:\n    - domain: bad.test\n")
+    paths.global_decisions.parent.mkdir(parents=True)
+    paths.global_decisions.write_text("allow:\n  - domain: new.test\n", encoding="utf-8")
+    migration = migrate_approvals(paths)
+    assert migration.left == ((old / "global.yaml", paths.global_decisions),)
+    assert migration.moved == ((old / "projects" / "p.yaml", paths.project_decisions("p")),)
+    assert paths.global_decisions.read_text(encoding="utf-8") == "allow:\n  - domain: new.test\n"
+    assert (old / "global.yaml").exists()  # for the human to merge
+    assert not (old / "projects").exists()

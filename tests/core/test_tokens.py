@@ -176,3 +176,27 @@ def test_remove_tokens_bound_to_an_address(tmp_path: Path) -> None:
     assert remove_tokens_bound_to(tmp_path, "172.30.0.5") == ["old"]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["broken", "other", "unbound"]
     assert remove_tokens_bound_to(tmp_path, "172.30.0.5") == []
+
+
+def test_a_record_names_the_agent_it_was_started_with(tmp_path: Path) -> None:
+    item = record().for_agent("codex")
+    assert item.agent == "codex"
+    path = write_token_file(tmp_path, item)
+    assert json.loads(path.read_text(encoding="utf-8"))["agent"] == "codex"
+    assert read_token_file(path) == item
+    assert record().for_agent(None).agent is None
+    with pytest.raises(CloisterNameError, match=re.escape("agent name '../codex' is not valid")):
+        record().for_agent("../codex")
+
+
+def test_a_record_without_an_agent_is_written_and_read_as_before(tmp_path: Path) -> None:
+    item = record()
+    path = write_token_file(tmp_path, item)
+    written = json.loads(path.read_text(encoding="utf-8"))
+    # A proxy from before the field forbids unknown keys: a shell's record has none.
+    assert "agent" not in written
+    assert read_token_file(path) == item
+    written["agent"] = "Not An Agent"
+    path.write_text(json.dumps(written), encoding="utf-8")
+    with pytest.raises(TokenError, match="agent: Value error, agent name 'Not An Agent'"):
+        read_token_file(path)

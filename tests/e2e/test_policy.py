@@ -252,7 +252,7 @@ def test_allowed_https_and_plain_http(cloister: Cloister) -> None:
 
 def test_denied_is_refused_with_its_reason(cloister: Cloister) -> None:
     stack = cloister.stack
-    config = "/config/config.yaml"  # the file as the proxy names it (its mount)
+    config = stack.cli.config_dir / "config.yaml"  # named as the human sees it
     for scheme in ("https", "http"):
         path = marker()
         reply = request(cloister, f"{scheme}://{DENIED}{path}")
@@ -364,7 +364,7 @@ def test_deny_beats_allow(cloister: Cloister, waiting: list[Waiting]) -> None:
     evil, good = f"evil{secrets.token_hex(4)}.{WILD}", f"good{secrets.token_hex(4)}.{WILD}"
     stack.resolve(evil, good)
     stack.cli.write_project_config(project, f"proxy:\n  deny:\n    - domain: {evil}\n")
-    project_file = f"/config/projects/{project}.yaml"
+    project_file = stack.cli.config_dir / "projects" / f"{project}.yaml"
     path = marker()
     wait_until(
         lambda: request(own, f"http://{evil}/").status == "403",

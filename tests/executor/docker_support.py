@@ -68,6 +68,8 @@ CONFIG_TEMPLATE = """\
 hostexec:
   auto_approve:
     - pattern: "^(echo|pwd|true|sh|head)( .*)?$"
+    # RE2 only (Python's re refuses \\z and \\p), against a quote rendered as '\\''.
+    - pattern: ^printf '[[:alpha:]]+'\\\\''[[:alpha:]]+ \\p{{L}}+'\\z
   manual_approve:
     - pattern: "^git push( .*)?$"
   timeout: {timeout}
@@ -426,6 +428,7 @@ class GuardianStack:
             "cloister",
             command=["sleep", "infinity"],
             detach=True,
+            user="cloister",  # as a cloister runs: never root by the image's default
             network=self.cloisternet.name,
             environment={
                 "CLOISTER_TOKEN": self.record.secret,

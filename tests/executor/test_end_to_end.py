@@ -246,6 +246,16 @@ def test_auto_approved_commands_run_on_the_host_in_the_project_directory(
     assert echoed.out == " ".join(awkward) + "\n"
 
 
+def test_patterns_are_re2_against_the_documented_quoting(stack: GuardianStack) -> None:
+    # The gateway's config has ^printf '[[:alpha:]]+'\\''[[:alpha:]]+ \p{L}+'\z: RE2 syntax,
+    # matched in the gateway's container against the command quoted with '\''.
+    said = stack.hostexec("printf", "it's café")
+    assert (said.exit_code, said.out) == (0, "it's café"), said
+    digits = stack.hostexec("printf", "it's 42")  # 42 is no \p{L}
+    assert digits.exit_code == 1, digits
+    assert r"`printf 'it'\''s 42'` matches no auto_approve" in digits.err, digits
+
+
 # --- 2. denial and the human's decisions ------------------------------------------------
 
 

@@ -148,6 +148,25 @@ def test_cmd_field_is_informational_only(world: dict[str, Any]) -> None:
     assert "`rm -rf /` matches no auto_approve or manual_approve pattern" in body["reason"]
 
 
+def test_a_refusal_names_the_files_to_edit_on_the_host(world: dict[str, Any]) -> None:
+    host = Path("/home/me/.config/cloister")
+    settings = world["settings"].model_copy(update={"host_config_dir": host})
+    with TestClient(create_app(settings), client=(CLOISTER_IP, 40000)) as client:
+        response = client.post(
+            "/request",
+            json={"args": ["rm", "-rf", "/"]},
+            headers={"X-Cloister-Token": world["record"].secret},
+        )
+    reason = response.json()["reason"]
+    assert reason == (
+        "`rm -rf /` matches no auto_approve or manual_approve pattern; to allow it, add a"
+        " pattern (a regular expression of the whole command) to hostexec.auto_approve in"
+        " /home/me/.config/cloister/config.yaml (every project) or in"
+        " /home/me/.config/cloister/projects/api.yaml (project api), or to"
+        " hostexec.manual_approve there to be asked each time"
+    )
+
+
 def test_one_argument_is_one_argument(world: dict[str, Any], tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     _status, body = post(world, {"args": ["echo", f"a; touch {marker}"]})

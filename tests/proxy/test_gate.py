@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from cloister_core.config.models import RuleEntry
+from cloister_core.config.models import ProxyRules, RuleEntry
 from cloister_core.hosts import normalize_host
 from cloister_core.hub import DomainDecision
 from cloister_core.paths import CloisterPaths
 from cloister_core.policy import ProjectPolicy, load_project_policy
+from cloister_core.rules import RuleSource, build_policy
 from cloister_core.tokens import TokenRecord, TokenRegistry
 from cloister_proxy import gate
 from cloister_proxy.addresses import AddressCheck, parse_address
@@ -181,3 +182,113 @@ def test_too_many_held_names_the_share_or_the_hubs_reason() -> None:
         hub.message
     )
     assert (gate.CLIENT_GONE.status, gate.CLIENT_GONE.reason) == (499, "client-gone")
+
+
+# --- the agents' own background hosts ---------------------------------------------------
+
+
+def test_an_agents_background_host_is_refused_at_once(tmp_path: Path) -> None:
+    policy = policy_from(tmp_path, "proxy: {}\n")
+    refusal = gate.decide(dest("ab.chatgpt.com"), policy, None, hub_configured=True, agent="codex")
+    assert isinstance(refusal, gate.Refusal), refusal
+    assert (refusal.status, refusal.reason) == (403, "agent-default")
+    assert refusal.message == (
+        "cloister: ab.chatgpt.com is one of codex's own background hosts (updates, telemetry),"
+        " refused without asking (agents.codex.background_hosts); add `- domain:"
+        f" ab.chatgpt.com` under proxy.allow in {policy.files[0]} (every project) to allow it"
+    )
+    assert b"\r\nX-Cloister-Reason: agent-default\r\n" in refusal.render()
+    # Whatever the port: approving it would not be asked for either.
+    other_port = gate.decide(
+        dest("github.com", 22), policy, None, hub_configured=True, agent="codex"
+    )
+    assert isinstance(other_port, gate.Refusal)
+    assert other_port.reason == "agent-default"
+
+
+@pytest.mark.parametrize(
+    ("agent", "host"),
+    [
+        (None, "ab.chatgpt.com"),  # a shell cloister: every agent's host is asked for
+        ("claude", "ab.chatgpt.com"),  # another agent's host
+        ("codex", "api.chatgpt.com"),  # a name below one is not it
+        ("gemini", "googleapis.com"),
+    ],
+)
+def test_other_unlisted_hosts_are_still_held(tmp_path: Path, agent: str | None, host: str) -> None:
+    policy = policy_from(tmp_path, "proxy: {}\n")
+    decision = gate.decide(dest(host), policy, None, hub_configured=True, agent=agent)
+    assert decision == gate.NeedsApproval(dest(host))
+
+
+def test_a_rule_of_the_human_wins_over_the_agent_default(tmp_path: Path) -> None:
+    policy = policy_from(
+        tmp_path,
+        "proxy:\n  allow: [{domain: github.com}]\n  deny: [{pattern: '*.claude.ai'}]\n",
+    )
+    allowed = gate.decide(dest("github.com"), policy, None, hub_configured=True, agent="codex")
+    assert isinstance(allowed, gate.Allowed)
+    denied = gate.decide(
+        dest("downloads.claude.ai"), policy, None, hub_configured=True, agent="claude"
+    )
+    assert isinstance(denied, gate.Refusal)
+    assert denied.reason == "denied"
+    # A decision of this session (the approval UI's) is a rule too.
+    session = build_policy(
+        [(RuleSource("session"), ProxyRules(allow=(RuleEntry(domain="ab.chatgpt.com"),)))]
+    )
+    released = gate.decide(
+        dest("ab.chatgpt.com"), policy, session, hub_configured=True, agent="codex"
+    )
+    assert isinstance(released, gate.Allowed)
+
+
+def test_the_config_replaces_an_agents_list(tmp_path: Path) -> None:
+    policy = policy_from(
+        tmp_path,
+        "agents:\n  codex: {background_hosts: [Telemetry.Example.]}\n"
+        "  gemini: {background_hosts: []}\n",
+    )
+    replaced = gate.decide(
+        dest("telemetry.example"), policy, None, hub_configured=True, agent="codex"
+    )
+    assert isinstance(replaced, gate.Refusal)
+    assert replaced.reason == "agent-default"
+    for agent, host in (("codex", "ab.chatgpt.com"), ("gemini", "play.googleapis.com")):
+        decision = gate.decide(dest(host), policy, None, hub_configured=True, agent=agent)
+        assert decision == gate.NeedsApproval(dest(host)), agent
+
+
+def test_a_refusal_names_the_files_to_edit_on_the_host(tmp_path: Path) -> None:
+    reject = "proxy:\n  unlisted_domain_behavior: reject\n"
+    policy = policy_from(tmp_path, reject, project="my-api")
+    host = Path("/home/me/.config/cloister")
+    refused = gate.decide(dest("new.test"), policy, None, hub_configured=True, host_config_dir=host)
+    assert isinstance(refused, gate.Refusal)
+    assert refused.message.endswith(
+        "add it to proxy.allow in /home/me/.config/cloister/config.yaml (every project) or in"
+        " /home/me/.config/cloister/projects/my-api.yaml (project my-api) to allow it"
+    )
+    assert str(tmp_path) not in refused.message
+    ip = gate.decide(dest("203.0.113.9"), policy, None, hub_configured=True, host_config_dir=host)
+    assert isinstance(ip, gate.Refusal)
+    assert "under proxy.allow in /home/me/.config/cloister/config.yaml" in ip.message
+    # A rule that denies, and a port not opened, are named in their file on the host too.
+    rules = "proxy:\n  allow: [{domain: alt.test, ports: [8443]}]\n  deny: [{domain: bad.test}]\n"
+    named = policy_from(tmp_path / "named", rules)
+    named_host = Path("/home/me/.config/cloister")
+    for destination, shown in (
+        (dest("bad.test"), "is denied by bad.test in /home/me/.config/cloister/config.yaml;"),
+        (dest("alt.test"), "alt.test in /home/me/.config/cloister/config.yaml opens [8443]"),
+    ):
+        refusal = gate.decide(
+            destination, named, None, hub_configured=True, host_config_dir=named_host
+        )
+        assert isinstance(refusal, gate.Refusal)
+        assert shown in refusal.message
+        assert str(tmp_path) not in refusal.message
+    # Run on the host itself, the files are where the proxy reads them.
+    alone = policy_from(tmp_path / "alone", reject)
+    local = gate.decide(dest("new.test"), alone, None, hub_configured=True)
+    assert isinstance(local, gate.Refusal)
+    assert f"proxy.allow in {alone.files[0]} (every project) to allow it" in local.message

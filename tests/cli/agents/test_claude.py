@@ -43,6 +43,9 @@ COMMON = {
     "IS_SANDBOX": "1",
     "DISABLE_AUTOUPDATER": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    # Implied by the one above, and kept when a human turns that one back on.
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
 }
 
 

@@ -94,6 +94,8 @@ def test_generated_for_the_gateway(method: Method) -> None:
         },
         "projects": {"/work": {"trust_level": "trusted"}},
         "features": {"daemon_auto_start": False},
+        "analytics": {"enabled": False},
+        "otel": {"metrics_exporter": "none"},
     }
     assert by_path(files)["AGENTS.md"].content == RULES.encode()
 

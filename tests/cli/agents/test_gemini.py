@@ -95,6 +95,7 @@ def test_generated(method: Method, auth: str, skip_permissions: bool) -> None:
     assert settings(files) == {
         "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
         "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
         "security": {"auth": {"selectedType": auth}},
     }
     assert by_path(files)["GEMINI.md"].content == RULES.encode()

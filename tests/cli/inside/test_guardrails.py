@@ -19,12 +19,12 @@ from cloister_cli import (
     cloisters,
     dryrun,
     gitmounts,
-    lifecycle,
     previewing,
     projectimages,
     starting,
 )
 from cloister_cli.cloisters import ContainerPlan, Extras, Forbidden, Workspace
+from cloister_cli.context import Context
 from cloister_cli.inside import guardrails as guardrails_module
 from cloister_cli.inside.guardrails import (
     BIN,
@@ -255,7 +255,7 @@ def preview(
     repo = tmp_path / "src" / "api"
     if not repo.exists():
         make_repo(repo)
-    context = lifecycle.Context(paths=paths, home=home)
+    context = Context(paths=paths, home=home)
     context.__dict__["config"] = config
     context.__dict__["docker"] = _Engine()
     context.__dict__["guardian"] = _Guardian()

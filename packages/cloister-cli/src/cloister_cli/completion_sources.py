@@ -136,7 +136,7 @@ def pending_approval_ids(ctx: click.Context, incomplete: str) -> list[Completion
     """What waits in the approval hub: domains and commands, with what they are."""
     # Through the CLI's own hub client, so it reaches the hub exactly as `approvals
     # list` does; slower than the others, which is fine for a rare TAB.
-    from cloister_cli.lifecycle import Context  # noqa: PLC0415 - only when asked
+    from cloister_cli.context import Context  # noqa: PLC0415 - only when asked
     from cloister_core.printable import printable  # noqa: PLC0415
 
     pending = Context(paths=_paths()).hub.pending()

@@ -346,7 +346,9 @@ class Targets:
     proxy: str = ""  # the proxy's address:port on the cloister's network
     token: str = ""  # the cloister's proxy token (its HTTPS_PROXY)
     resolver: str = RESOLVER
-    control: str = ""  # a name the resolver holds (the cloister's own): answered, or it is dead
+    # a name the resolver holds (the proxy's alias: short, unlike a cloister's container
+    # name, which may pass DNS's 63-character label): answered, or the resolver is dead
+    control: str = ""
 
 
 def probe_source() -> str:
@@ -574,7 +576,7 @@ def targets_for(
         others=tuple(others),
         services=tuple(services),
         proxy=_proxy_address(network, instance),
-        control=container.name or "",
+        control=stack.PROXY_ALIAS,
         token=_proxy_token(container),
     )
 
@@ -897,7 +899,7 @@ def diagnose(
 
 
 def connect() -> docker.DockerClient:
-    """The engine, as :attr:`cloister_cli.lifecycle.Context.docker` connects (the command
+    """The engine, as :attr:`cloister_cli.context.Context.docker` connects (the command
     does without the Context: it imports most of the CLI, seconds on a busy machine)."""
     listing.check_engine_socket(listing.docker_host())
     try:

@@ -17,6 +17,9 @@ them:
   address it joins may be another cloister's by now;
 * a *stale network* (a cloister's own, :mod:`cloister_cli.networks`) whose cloister is
   gone is removed, once it is older than a start takes to run its container on it;
+* *stand-ins* a stopped cloister's session recorded making for its protected paths,
+  still there (its stop was killed before it removed them), are removed if still empty
+  (:func:`cloister_cli.lifecycle.remove_stand_ins`);
 * an *orphan worktree* (under ``<data>/worktrees``, no cloister in it, and its
   repository gone or no longer knowing it) is removed only when asked to: it may hold
   the only copy of uncommitted work.
@@ -32,8 +35,9 @@ from pathlib import Path
 
 import docker.errors
 
-from cloister_cli import cloisters, git, gitdirs, lifecycle, listing, networks, ports
-from cloister_cli.lifecycle import Context, StopOutcome
+from cloister_cli import cloisters, git, gitdirs, gitmounts, lifecycle, listing, networks, ports
+from cloister_cli.context import Context
+from cloister_cli.lifecycle import StopOutcome
 from cloister_cli.snapshots.pool import prune
 from cloister_cli.snapshots.take import expire_project, holding_pool
 from cloister_core import beneath, stack
@@ -74,6 +78,8 @@ class Survey:
     stale_ports: list[str] = field(default_factory=list)  # forwarders of gone cloisters
     syncs: list[str] = field(default_factory=list)  # export containers left behind
     stale_networks: list[str] = field(default_factory=list)  # networks of gone cloisters
+    # Stand-ins stopped cloisters left in their work trees, by cloister.
+    stand_ins: dict[str, list[Path]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -85,6 +91,7 @@ class Survey:
             or self.stale_ports
             or self.syncs
             or self.stale_networks
+            or self.stand_ins
         )
 
 
@@ -98,6 +105,7 @@ class Collected:
     forwarders: list[str] = field(default_factory=list)
     syncs: int = 0
     networks: list[str] = field(default_factory=list)
+    stand_ins: list[Path] = field(default_factory=list)
 
 
 def _names(directory: Path, suffix: str = "") -> set[str]:
@@ -212,6 +220,10 @@ def survey(context: Context, *, now: datetime | None = None) -> Survey:
         ],
         syncs=_finished_syncs(context, now),
         stale_networks=_stale_networks(context, now),
+        stand_ins={
+            name: gitmounts.stand_ins(paths)
+            for name, paths in lifecycle.left_stand_ins(context).items()
+        },
     )
 
 
@@ -258,6 +270,8 @@ def collect(
     for name in found.dead:
         if cloisters.find(context.docker, context.instance, name) is None:  # not started since
             done.stopped[name] = lifecycle.stop(context, name)
+            done.stand_ins.extend(done.stopped[name].left_behind)
+    done.stand_ins.extend(lifecycle.remove_stand_ins(context))
     # After the dead cloisters' stop (which removes their forwarders): what is left belongs
     # to a cloister removed outside Cloister, and may reach another one's address by now.
     done.forwarders = ports.remove_stale(context.docker, context.instance)

@@ -19,9 +19,12 @@ later reads it. A cloister gets:
 * the *protected paths* of the configuration (``protect.paths``: ``.envrc``,
   ``.vscode/tasks.json``, ``.devcontainer``, …), in a project without git too.
 
-A missing protected path is created empty first (a *placeholder*: an empty directory,
-which git and direnv ignore, where an empty file would show as untracked), so the agent
-cannot create it either; placeholders are removed at stop, if still empty.
+A missing protected path is created empty first (a *placeholder*, or stand-in: an empty
+directory, which git and direnv ignore, where an empty file would show as untracked), so
+the agent cannot create it either. What was made is recorded in the cloister's session
+record, and only that is removed, if still empty: at stop, or by the next ``start``,
+``stop`` or ``gc`` when that stop did not get so far (:func:`cloister_cli.lifecycle.
+remove_stand_ins`).
 """
 
 from __future__ import annotations
@@ -107,12 +110,26 @@ class GitPlan:
         return tuple(sorted(found))
 
 
-def remove_placeholders(placeholders: Iterable[Path], worktree: Path) -> None:
+def remove_placeholders(placeholders: Iterable[Path], worktree: Path) -> list[Path]:
     """Remove what :func:`plan` created, if it is still empty (deepest first), walking
-    from the work tree without following a link: the agent may have put one on the way."""
+    from the work tree without following a link: the agent may have put one on the way.
+    The paths removed."""
+    removed = []
     for path in sorted(placeholders, key=lambda item: len(item.parts), reverse=True):
-        if _inside(path, worktree) and path != worktree:
-            beneath.remove_if_empty(worktree, path.relative_to(worktree).as_posix())
+        if (
+            _inside(path, worktree)
+            and path != worktree
+            and beneath.remove_if_empty(worktree, path.relative_to(worktree).as_posix())
+        ):
+            removed.append(path)
+    return removed
+
+
+def stand_ins(placeholders: Iterable[Path]) -> list[Path]:
+    """The stand-ins among *placeholders*: the protected paths themselves, not the
+    directories made on the way to them (``.vscode/tasks.json``, not ``.vscode``)."""
+    made = set(placeholders)
+    return sorted(path for path in made if not any(path in other.parents for other in made))
 
 
 # -- the cloister's own git directory ----------------------------------------------------------

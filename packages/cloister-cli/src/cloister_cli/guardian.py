@@ -55,6 +55,7 @@ from cloister_cli.images import (
 from cloister_core import stack
 from cloister_core.config.models import GlobalConfig
 from cloister_core.credentials import credentials_dir
+from cloister_core.decisions import migrate_approvals
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 from cloister_core.hubauth import generate_secret, sessions_dir
@@ -178,6 +179,7 @@ class Guardian:
     def _ensure_files(self) -> None:
         for directory in (self.paths.config_dir, self.paths.guardian_dir):
             directory.mkdir(parents=True, exist_ok=True)
+        migrate_approvals(self.paths)  # the Go implementation's approvals/, before the mount
         (self.paths.decisions_dir / "projects").mkdir(parents=True, exist_ok=True)
         self.paths.tokens_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         # Only the credential gateway mounts it; the user's alone (0700) on the host.

@@ -6,13 +6,20 @@ installed on the host by uv for the image's Python (CPython 3.11 on Debian bookw
 and CPU (``--python-platform``). So the Docker build needs no package index, which is
 what machines without one (and reproducible builds) want, and it uses the classic
 builder only.
+
+:class:`BuildOutput` reads the classic builder's stream for every build Cloister runs
+(these images and projects' own): whole lines to the progress display, and a failing
+step's ``Step N/M`` line and last lines of output in the error, since the builder's own
+error only says the command "returned a non-zero code".
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +188,100 @@ def assemble_context(workspace: Path, spec: ImageSpec, into: Path, architecture:
     return into
 
 
+TAIL_LINES = 40  # of a failing step's output, in the error
+LINE_LIMIT = 500  # characters of one output line kept for the error
+
+# The classic builder's own lines: a step's header, and its notes between steps.
+_STEP = re.compile(r"Step \d+/\d+ : ")
+_BUILDER_NOTE = re.compile(r" ---> |Removing intermediate container ")
+# The builder wraps what a step writes to stderr in red; those codes are its, not output.
+_STDERR_COLOUR = re.compile(r"\x1b\[(?:91|0)m")
+_BUILT = re.compile(r"Successfully built ([0-9a-f]+)")
+
+
+class BuildOutput:
+    """What a classic-builder build streams, read to its end.
+
+    The ``stream`` text goes to *on_line* in whole, non-blank lines. The header of the
+    step being run and the last :data:`TAIL_LINES` lines it printed (stdout and stderr,
+    which the builder merges) are kept, so that :attr:`error` says where and why a
+    failed build stopped; :attr:`image` is the ID of the image it made.
+    """
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self._on_line = on_line
+        self._partial = ""  # a line whose end has not come yet
+        self._step = ""
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._printed = 0  # lines of the current step
+        self._named: str | None = None  # the ID in the builder's ``aux`` message
+        self._built: str | None = None  # the last "Successfully built" line's
+        self.error: str | None = None  # the builder's error, the step, its output
+
+    @property
+    def image(self) -> str | None:
+        """The ID of the image built; a step can print "Successfully built" too, but
+        the builder's own line is the last."""
+        return self._named or self._built
+
+    def read(self, stream: Iterator[dict[str, Any]]) -> None:
+        """Take every message of *stream*: the builder ends it after an error, and a
+        stream left unread would hold its connection open."""
+        for chunk in stream:
+            if "error" in chunk and self.error is None:
+                self.error = self.failure(str(chunk["error"]))
+            aux = chunk.get("aux")
+            if isinstance(aux, dict) and aux.get("ID"):
+                self._named = str(aux["ID"])
+            text = chunk.get("stream")
+            if text:
+                self.feed(str(text))
+        if self._partial:
+            self._line(self._partial)
+            self._partial = ""
+
+    def feed(self, text: str) -> None:
+        """Take one ``stream`` chunk (the builder splits lines across chunks)."""
+        *lines, self._partial = (self._partial + _STDERR_COLOUR.sub("", text)).split("\n")
+        for line in lines:
+            self._line(line)
+
+    def _line(self, raw: str) -> None:
+        line = raw.rstrip("\r").rpartition("\r")[2].rstrip()  # what a terminal would show
+        if not line.strip():
+            return
+        if _STEP.match(line):
+            self._step, self._printed = line, 0
+            self._tail.clear()
+        elif not _BUILDER_NOTE.match(line):
+            self._printed += 1
+            self._tail.append(line[:LINE_LIMIT])
+            built = _BUILT.fullmatch(line)
+            if built:
+                self._built = built.group(1)
+        self._on_line(line)
+
+    def failure(self, error: str) -> str:
+        """The builder's *error*, the failing step and the end of what it printed."""
+        if self._partial:
+            self._line(self._partial)
+            self._partial = ""
+        lines = [error.strip()]
+        if self._step:
+            lines.append(f"  at {self._step}")
+        if self._tail:
+            shown = len(self._tail)
+            lines.append(
+                "  its output:"
+                if shown == self._printed
+                else f"  the last {shown} of its {self._printed} lines of output:"
+            )
+            lines += (f"  | {line}" for line in self._tail)
+        elif self._step:
+            lines.append("  (it printed nothing)")
+        return "\n".join(lines)
+
+
 def build_image(
     client: docker.DockerClient,
     context: Path,
@@ -191,18 +292,17 @@ def build_image(
 ) -> None:
     """``docker build`` of *context* as *tag*, streaming the builder's output lines."""
     labels = {SOURCE_LABEL: fingerprint} if fingerprint else None
+    output = BuildOutput(on_line)
     try:
-        stream: Iterator[dict[str, Any]] = client.api.build(
-            path=str(context), tag=tag, rm=True, forcerm=True, decode=True, labels=labels
+        output.read(
+            client.api.build(
+                path=str(context), tag=tag, rm=True, forcerm=True, decode=True, labels=labels
+            )
         )
-        for chunk in stream:
-            if "error" in chunk:
-                raise ImageBuildError(f"building {tag}: {str(chunk['error']).strip()}")
-            text = chunk.get("stream")
-            if text and text.strip():
-                on_line(text.rstrip())
     except docker.errors.APIError as error:
         raise ImageBuildError(f"building {tag}: {error}") from None
+    if output.error is not None:
+        raise ImageBuildError(f"building {tag}: {output.error}")
 
 
 AGENT_IMAGES = {spec.tag: spec for spec in (AGENT_IMAGE, SLIM_AGENT_IMAGE)}

@@ -1,19 +1,20 @@
-"""What the commands do, as library calls: the shared context, images, find, stop, exec.
+"""What the commands do, as library calls: images, find, stop, exec.
 
 The click commands in :mod:`cloister_cli.commands` parse options and print; everything
-else happens here, so it can be used (and tested) without a terminal. ``cloister
-start`` (and its dry run) is :mod:`cloister_cli.starting`, which builds on this module.
+else happens here (or in :mod:`cloister_cli.context`, the shared context), so it can
+be used (and tested) without a terminal. ``cloister start`` (and its dry run) is
+:mod:`cloister_cli.starting`, which builds on this module.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
+import stat
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 import docker
 import docker.errors
@@ -23,14 +24,14 @@ from cloister_cli import (
     agentstate,
     cloisters,
     gitdirs,
+    gitmounts,
     listing,
     ports,
     safeguards,
     sessions,
 )
 from cloister_cli.cloisters import CloisterStartError
-from cloister_cli.guardian import Guardian
-from cloister_cli.hub_client import HubClient
+from cloister_cli.context import Context
 from cloister_cli.images import (
     AGENT_IMAGES,
     assemble_context,
@@ -38,82 +39,13 @@ from cloister_cli.images import (
     is_current,
     source_fingerprint,
 )
-from cloister_cli.workspace import SourceTreeError, source_tree
+from cloister_cli.snapshots.choose import records_of
 from cloister_core import stack
-from cloister_core.config import load_global_config
-from cloister_core.config.models import GlobalConfig
 from cloister_core.errors import CloisterError
-from cloister_core.paths import CloisterPaths
-from cloister_core.sessions import SessionRecord, read_session
-from cloister_executor.engine import Engine
-from cloister_executor.gitsync import Syncer, SyncError, SyncOutcome
+from cloister_core.sessions import SessionRecord, list_sessions, read_session
+from cloister_executor.gitsync import SyncError, SyncOutcome
 
 Progress = Callable[[str, str], None]  # (what, line)
-
-
-@dataclass
-class Context:
-    """Paths, config and clients, made once per command and only when needed."""
-
-    paths: CloisterPaths
-    home: Path = field(default_factory=Path.home)
-
-    @functools.cached_property
-    def config(self) -> GlobalConfig:
-        return load_global_config(self.paths)
-
-    @functools.cached_property
-    def instance(self) -> stack.Instance:
-        """This user's guardian on the engine, for this data directory."""
-        return stack.Instance.of(self.paths, os.getuid())
-
-    @functools.cached_property
-    def docker(self) -> docker.DockerClient:
-        listing.check_engine_socket(listing.docker_host())
-        try:
-            client = docker.from_env()
-            client.ping()
-        except docker.errors.DockerException as error:
-            raise listing.DockerUnavailableError(
-                f"no Docker engine is reachable ({error}); start Docker and try again"
-            ) from None
-        return client
-
-    @functools.cached_property
-    def source(self) -> Path | None:
-        try:
-            return source_tree()
-        except SourceTreeError:
-            return None
-
-    @functools.cached_property
-    def guardian(self) -> Guardian:
-        return Guardian(self.paths, self.config, self.docker, self.source, self.instance)
-
-    @functools.cached_property
-    def hub(self) -> HubClient:
-        """This machine's approval hub, with its secret."""
-        return self.hub_at(None)
-
-    def hub_at(self, base_url: str | None) -> HubClient:
-        """The approval hub at *base_url* (None: this machine's), with this machine's secret."""
-        return HubClient.for_machine(self.paths, self.config.guardian.ui_port, base_url)
-
-    def require_source(self) -> Path:
-        return source_tree()
-
-    @functools.cached_property
-    def syncer(self) -> Syncer:
-        """Brings cloisters' commits back (``cloister sync``, ``stop``)."""
-        return Syncer(
-            self.paths,
-            Engine(os.environ.get("DOCKER_HOST")),
-            fast_forward=self.config.git.fast_forward,
-        )
-
-    def without_writing(self) -> None:
-        """Read the config without writing the default one (``start --dry-run``)."""
-        self.__dict__["config"] = load_global_config(self.paths, create=False)
 
 
 # -- images ----------------------------------------------------------------------------
@@ -200,6 +132,47 @@ class StopOutcome:
     sync_error: str | None = None  # why they could not be brought back (its git directory stays)
     moved: tuple[str, ...] = ()  # repositories the agent made, moved to the quarantine
     review_error: str | None = None  # why the review failed
+    # Stand-ins other cloisters' unfinished stops left, removed now (remove_stand_ins).
+    left_behind: tuple[Path, ...] = ()
+    lost: LostGitDir | None = None  # why its commits cannot come back, if a git directory went
+
+
+@dataclass(frozen=True, slots=True)
+class LostGitDir:
+    """A git directory a stopped cloister's commits cannot come back from."""
+
+    whose: Literal["cloister", "repository"]  # its own (/work/.git inside), or the human's
+    what: Literal["removed", "replaced"]
+    path: Path
+    # ``cloister restore NAME``'s snapshot: the newest kept at a start; None: none kept.
+    snapshot: str | None
+
+
+def _is(path: Path, kind: int) -> bool:
+    try:
+        return stat.S_IFMT(path.lstat().st_mode) == kind
+    except OSError:
+        return False
+
+
+def lost_git_dir(context: Context, session: SessionRecord) -> LostGitDir | None:
+    """Whether *session*'s sync failed because a git directory is gone: the cloister's own
+    removed (``rm -rf /work/.git`` inside leaves its empty mount points) or replaced by
+    another repository (no ``objects/info/alternates``: every start writes one), or the
+    human's repository's missing. Judged by names alone: nothing the agent wrote is read."""
+    if not session.is_git:
+        return None
+    own = context.paths.cloister_git_dir(session.cloister)
+    common = Path(str(session.common_dir))
+    records = records_of(context.paths, session.cloister)
+    kept = next((record.id for record in records if record.kind == "start"), None)
+    if not _is(common / "HEAD", stat.S_IFREG) or not _is(common / "objects", stat.S_IFDIR):
+        return LostGitDir("repository", "removed", common, kept)
+    if not _is(own / "HEAD", stat.S_IFREG) or not _is(own / "objects", stat.S_IFDIR):
+        return LostGitDir("cloister", "removed", own, kept)
+    if not _is(own / "objects" / "info" / "alternates", stat.S_IFREG):
+        return LostGitDir("cloister", "replaced", own, kept)
+    return None
 
 
 def stop(context: Context, name: str) -> StopOutcome:
@@ -224,10 +197,13 @@ def stop(context: Context, name: str) -> StopOutcome:
     context.guardian.reload_proxy()  # closes its open tunnels now
     session = read_session(context.paths, name)
     if session is None:
-        return StopOutcome(result.stopped, None)
+        return StopOutcome(result.stopped, None, left_behind=_sweep(context))
     # A session still open is a cloister to finish, its container gone or not.
     stopped = result.stopped or session.running
     synced, sync_error = sync_stopped(context, session)
+    lost = lost_git_dir(context, session) if sync_error is not None else None
+    if lost is not None and lost.whose == "cloister" and lost.what == "removed":
+        gitdirs.remove(context.paths, name)  # nothing in it to bring back, ever
     moved: list[str] = []
     try:
         report = sessions.report(session, sessions.review_target(session))
@@ -243,9 +219,70 @@ def stop(context: Context, name: str) -> StopOutcome:
             sync_error,
             tuple(moved),
             f"{type(error).__name__}: {error}",
+            _sweep(context),
+            lost,
         )
     sessions.release(context.paths, session)
-    return StopOutcome(stopped, report, synced, sync_error, tuple(moved))
+    return StopOutcome(
+        stopped, report, synced, sync_error, tuple(moved), None, _sweep(context), lost
+    )
+
+
+def _finished_placeholders(context: Context) -> dict[str, list[Path]]:
+    """What the records of stopped cloisters still list as made, by cloister; never what
+    a cloister with a container lists, nor a session still open: that is a start under
+    way (its container not made yet) or a dead cloister, which its own ``stop`` (or
+    ``gc``'s, or the next ``start``'s) finishes, review included."""
+    records = list_sessions(context.paths)
+    if not any(record.placeholders and not record.running for record in records):
+        return {}  # the engine is not asked: nothing to find
+    live = {info.name for info in listing.list_cloisters(context.docker, context.instance)}
+    in_use = {
+        path
+        for record in records
+        if record.running or record.cloister in live
+        for path in record.placeholders
+    }
+    return {
+        record.cloister: [Path(path) for path in record.placeholders if path not in in_use]
+        for record in records
+        if record.placeholders and not record.running and record.cloister not in live
+    }
+
+
+def left_stand_ins(context: Context) -> dict[str, list[Path]]:
+    """The stand-ins (:mod:`cloister_cli.gitmounts`) that stopped cloisters left in
+    their work trees, by cloister: a stop killed after it recorded the end. Only what a
+    session record lists as made, and only what is still there."""
+    found = {
+        name: [path for path in paths if path.exists() or path.is_symlink()]
+        for name, paths in _finished_placeholders(context).items()
+    }
+    return {name: paths for name, paths in found.items() if paths}
+
+
+def remove_stand_ins(context: Context) -> list[Path]:
+    """Remove what :func:`left_stand_ins` finds, if still empty, and forget all that the
+    stopped cloisters' records list (one that is not empty is the human's now, and so is
+    what is made again later under such a name); the stand-ins removed."""
+    removed: list[Path] = []
+    for name, paths in _finished_placeholders(context).items():
+        session = read_session(context.paths, name)
+        if session is None or session.running:
+            continue  # started again meanwhile
+        kept = session.model_copy(update={"placeholders": tuple(str(path) for path in paths)})
+        before = {path for path in paths if path.exists()}
+        sessions.forget_placeholders(context.paths, kept)
+        removed.extend(path for path in before if not path.exists())
+    return gitmounts.stand_ins(removed)
+
+
+def _sweep(context: Context) -> tuple[Path, ...]:
+    """:func:`remove_stand_ins` after a stop: what it cannot do is no reason to fail one."""
+    try:
+        return tuple(remove_stand_ins(context))
+    except (OSError, CloisterError, docker.errors.DockerException):
+        return ()
 
 
 def sync_stopped(context: Context, session: SessionRecord) -> tuple[SyncOutcome | None, str | None]:

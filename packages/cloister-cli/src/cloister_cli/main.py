@@ -5,6 +5,9 @@ loads the docker SDK and the config models, not the approvals table or the compo
 renderer, because its start-up time is felt on every session. ``cloister --help`` and
 the completion of command names show each command's summary from the table below,
 so they import none of them (a test keeps the summaries equal to the commands' help).
+The shared :class:`~cloister_cli.context.Context` makes its clients when first used: a
+command that reads files only (``config check``, ``restore --list``) never loads the
+docker SDK (``benchmarks/bench_cli_speed.py`` times them).
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ if TYPE_CHECKING:
 class Entry(NamedTuple):
     target: str  # "module:attribute" under cloister_cli.commands
     summary: str  # the first sentence of its help
-    # Whether it is handed the shared Context (cloister_cli.lifecycle, which imports
-    # most of the CLI); `list` and `completion` make only what they use.
+    # Whether it is handed the shared Context (cloister_cli.context: light, its clients
+    # made when used); `list`, `doctor` and `completion` make only what they use.
     uses_context: bool = True
 
 
@@ -200,7 +203,7 @@ def cli(ctx: click.Context) -> None:
     entry = COMMANDS.get(ctx.invoked_subcommand or "")
     if entry is not None and not entry.uses_context:
         return
-    from cloister_cli.lifecycle import Context  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.context import Context  # noqa: PLC0415 - see the module docstring
 
     ctx.obj = Context(paths=CloisterPaths.from_env())
 

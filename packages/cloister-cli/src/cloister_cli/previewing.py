@@ -21,9 +21,9 @@ from cloister_cli import (
     starting,
 )
 from cloister_cli.cloisters import Workspace
+from cloister_cli.context import Context
 from cloister_cli.gitmounts import GitPlan, Protection
 from cloister_cli.images import AGENT_IMAGES, is_current, source_fingerprint
-from cloister_cli.lifecycle import Context
 from cloister_cli.refs import check_refs
 from cloister_cli.review import nested_git_entries
 from cloister_cli.starting import StartOptions, build_inputs, load_project_devcontainer

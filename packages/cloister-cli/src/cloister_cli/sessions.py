@@ -156,7 +156,10 @@ def move_new_repositories(paths: CloisterPaths, found: Report) -> list[str]:
 
 
 def release(paths: CloisterPaths, session: SessionRecord) -> SessionRecord:
-    """Record the stop and remove the placeholders the start made (if still empty)."""
+    """Record the stop and remove the placeholders the start made (if still empty).
+
+    Then the record forgets them: one still there is no longer empty, so not Cloister's
+    to remove (a stop killed before that leaves them to the next start, stop or gc)."""
     stopped = update_session(
         paths,
         session.cloister,
@@ -164,10 +167,26 @@ def release(paths: CloisterPaths, session: SessionRecord) -> SessionRecord:
             update={"stopped_at": record.stopped_at or datetime.now(UTC)}
         ),
     )
+    return forget_placeholders(paths, stopped or session)
+
+
+def forget_placeholders(paths: CloisterPaths, session: SessionRecord) -> SessionRecord:
+    """Remove *session*'s placeholders that are still empty, and drop them from its record."""
     gitmounts.remove_placeholders(
         (Path(path) for path in session.placeholders), Path(session.worktree)
     )
-    return stopped or session
+    if not session.placeholders:
+        return session
+    forgot = update_session(
+        paths,
+        session.cloister,
+        lambda record: (
+            record.model_copy(update={"placeholders": ()})
+            if record.started_at == session.started_at
+            else record
+        ),  # a new start's record by now: its placeholders are in use
+    )
+    return forgot or session
 
 
 def find(paths: CloisterPaths, name: str | None, directory: Path) -> SessionRecord | None:

@@ -1,9 +1,9 @@
 """``cloister start`` as a library call: the workspace, the devcontainer, the image, the
 container plan and the container; :func:`preview` is the same computed with nothing written.
 
-The shared :class:`~cloister_cli.lifecycle.Context`, the guardian and agent images and
-``stop`` are :mod:`cloister_cli.lifecycle`'s; this module uses them (never the other way
-round).
+The guardian and agent images and ``stop`` are :mod:`cloister_cli.lifecycle`'s (the
+shared :class:`~cloister_cli.context.Context`, its own module's); this module uses them
+(never the other way round).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from cloister_cli import (
     doctor,
     git,
     gitdirs,
+    gitmounts,
     projectimages,
     projects,
     safeguards,
@@ -32,14 +33,15 @@ from cloister_cli import (
     snapshots,
 )
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
+from cloister_cli.context import Context
 from cloister_cli.gitmounts import GitPlan, Protection
 from cloister_cli.inside.guardrails import guardrails_for
 from cloister_cli.lifecycle import (
-    Context,
     Progress,
     ensure_agent_image,
     ensure_git_image,
     ensure_guardian,
+    remove_stand_ins,
     stop,
     sync_stopped,
 )
@@ -51,6 +53,7 @@ from cloister_core.devcontainer import Devcontainer, find_devcontainer, load_dev
 from cloister_core.fileio import atomic_write
 from cloister_core.names import cloister_name, sanitize_branch
 from cloister_core.owngit import POINTER
+from cloister_core.printable import printable
 from cloister_core.sessions import list_sessions, read_session
 from cloister_core.snapshots import SnapshotError
 from cloister_core.tokens import TokenRecord
@@ -69,6 +72,8 @@ class StartOutcome:
     devcontainer: Devcontainer | None = None  # its lifecycle commands run next
     user: str = ""  # the uid:gid the container runs as (and its commands)
     snapshot: str | None = None  # the id of the session snapshot kept at this start
+    stand_ins: tuple[Path, ...] = ()  # made empty for protected paths that did not exist
+    left_behind: tuple[Path, ...] = ()  # stand-ins unfinished stops left, removed now
 
 
 def workspace_for(
@@ -397,6 +402,34 @@ def _running(context: Context, workspace: Workspace, name: str) -> str | None:
     return None
 
 
+def finish_earlier(context: Context, name: str, warnings: list[str]) -> tuple[Path, ...]:
+    """Finish cloister *name*'s last session when its container went without a finished
+    ``stop`` (a killed one, ``docker rm``): as ``stop`` would, so that what it left is
+    reviewed against its own start (this start's review takes what is there now as the
+    human's) and its stand-ins are removed rather than taken for the human's files.
+    Then the stand-ins of any stopped cloister's unfinished stop: those removed."""
+    session = read_session(context.paths, name)
+    if session is None or not session.running:
+        return tuple(remove_stand_ins(context))
+    outcome = stop(context, name)
+    warnings.append(
+        f"cloister {name}'s last session ended without a finished `cloister stop`;"
+        " it was stopped now, as `cloister stop` would"
+    )
+    if outcome.review_error is not None:
+        warnings.append(
+            f"could not review what that session left ({printable(outcome.review_error)});"
+            f" look at {printable(session.worktree)} before you use git there or open it"
+        )
+    elif outcome.report is not None and outcome.report.findings:
+        found = printable(", ".join(finding.path for finding in outcome.report.findings))
+        warnings.append(
+            "that session left what would run code or read outside the project the next"
+            f" time you use git or open it: {found}; look at it before you do"
+        )
+    return outcome.left_behind
+
+
 def earlier_work(context: Context, name: str, warnings: list[str]) -> None:
     """Bring back the commits of cloister *name*'s last session when its stop could not
     (its git directory is still there); if they cannot be, keep that directory aside."""
@@ -495,6 +528,7 @@ def start(
     projects.register(context.paths, workspace.project)
     if (running := _running(context, workspace, name)) is not None:
         return StartOutcome(name, running, workspace, False, tuple(warnings))
+    left_behind = finish_earlier(context, name, warnings)
     root = workspace.project.root
     devcontainer = load_project_devcontainer(context, root, options)
     # Before anything is built: the agent may have changed what the build reads, here
@@ -507,9 +541,10 @@ def start(
         confirm=options.confirm,
         assume_yes=options.assume_yes,
     )
-    quiet = replace(options, on_devcontainer=None)  # its warnings were shown once
     devcontainer = checked_devcontainer(
-        devcontainer, lambda: load_project_devcontainer(context, root, quiet)
+        devcontainer,
+        # Quiet: its warnings were shown once.
+        lambda: load_project_devcontainer(context, root, replace(options, on_devcontainer=None)),
     )
     check_refs(context.paths, workspace.project, context.home)  # before minutes of building
     snapshot = keep_snapshot(context, workspace, name, warnings)
@@ -521,7 +556,7 @@ def start(
         warnings.append(f"--image {options.image} is not used: the devcontainer's image is")
     image = ensure_image(context, workspace, devcontainer, base, progress)
     project_config = load_project_config(context.paths, workspace.project.name)
-    record = cloisters.new_token(workspace, name)
+    record = cloisters.new_token(workspace, name).for_agent(options.agent)
     agent_plan = plan_agent(context, workspace, record, project_config, options.agent, write=True)
     warnings.extend(agent_plan.warnings)
     identity = accounts.for_cloister(
@@ -585,4 +620,6 @@ def start(
         devcontainer=devcontainer,
         user=plan.user,
         snapshot=snapshot,
+        stand_ins=tuple(gitmounts.stand_ins(prepared.git_plan.placeholders)),
+        left_behind=left_behind,
     )

@@ -28,6 +28,7 @@ import docker.errors
 
 from cloister_cli import executor_process, gc, git, gitdirs, lifecycle, listing, networks
 from cloister_cli.agentstate import make_writable
+from cloister_cli.context import Context
 from cloister_cli.guardian import whose
 from cloister_cli.images import (
     AGENT_IMAGE,
@@ -37,7 +38,6 @@ from cloister_cli.images import (
     PROXY_IMAGE,
     SLIM_AGENT_IMAGE,
 )
-from cloister_cli.lifecycle import Context
 from cloister_core import beneath, stack
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths

@@ -3,8 +3,10 @@
 Decision files (``decisions/global.yaml``, ``decisions/projects/<p>.yaml``, and one per
 running cloister, ``decisions/sessions/<cloister>.yaml``, removed when it stops) are
 shared by the hub that writes them, the proxy and the hostexec gateway that reload them
-and the human who may edit them. Domain entries go under ``allow``/``deny``; commands a
-human approved beyond "once" under ``hostexec.auto_approve`` (the exact command,
+and the human who may edit them; they are the user's alone (0600: every service runs as
+the user). Domain entries go under ``proxy.allow``/``proxy.deny``, as in config.yaml (a
+file that has them at the top, as earlier versions wrote it, keeps that shape); commands
+a human approved beyond "once" under ``hostexec.auto_approve`` (the exact command,
 anchored). Every change is a locked read-modify-write of the round-trip YAML document, so
 
 * concurrent writers (threads or processes) never lose each other's entries;
@@ -15,12 +17,15 @@ anchored). Every change is a locked read-modify-write of the round-trip YAML doc
 
 Adding an entry that is already there changes nothing and says so (``added=False``),
 which is what lets an undo remove exactly the entry its decision wrote.
+
+The Go implementation kept these files in ``approvals/``: :func:`migrate_approvals`
+moves them to ``decisions/``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +36,7 @@ from cloister_core.config.loader import load_text, parse_yaml, round_trip_yaml, 
 from cloister_core.config.models import CommandPattern, DecisionFile, RuleEntry
 from cloister_core.fileio import atomic_write, locked
 from cloister_core.paths import CloisterPaths
+from cloister_core.patterns import literal
 from cloister_core.rules import RuleAction
 
 DecisionScope = Literal["global", "project", "session"]
@@ -80,6 +86,11 @@ def _dump(document: Any) -> str:
     return buffer.getvalue()
 
 
+def _write(path: Path, document: Any) -> None:
+    # The user's alone, an older 0644 file too (it is replaced).
+    atomic_write(path, _dump(document), mode=0o600)
+
+
 class DecisionStore:
     """Read and change the decision files under one config directory."""
 
@@ -126,6 +137,26 @@ class DecisionStore:
                 return index
         return None
 
+    @staticmethod
+    def _lists(document: Any) -> Any:
+        """The mapping that holds ``allow``/``deny`` in *document*: ``proxy`` (made when
+        absent), or the top of a file that has its lists there and no ``proxy``."""
+        if "proxy" not in document and ("allow" in document or "deny" in document):
+            return document
+        section = document.get("proxy")
+        if not isinstance(section, CommentedMap):
+            section = CommentedMap()
+            document["proxy"] = section
+        return section
+
+    @staticmethod
+    def _holders(document: Any) -> list[Any]:
+        """Every mapping of *document* that may hold ``allow``/``deny`` lists."""
+        holders = [document]
+        if isinstance(document.get("proxy"), CommentedMap):
+            holders.append(document["proxy"])
+        return holders
+
     def add(
         self,
         scope: DecisionScope,
@@ -137,15 +168,18 @@ class DecisionStore:
         path = self.path_for(scope, project)
         with locked(path):
             document = self._read_document(path, scope, project)
-            sequence = document.get(action)
-            if self._find(sequence, entry) is not None:
+            if any(
+                self._find(held.get(action), entry) is not None for held in self._holders(document)
+            ):
                 return DecisionChange(path, action, entry, changed=False)
+            lists = self._lists(document)
+            sequence = lists.get(action)
             if not isinstance(sequence, CommentedSeq) or sequence.fa.flow_style():
                 # Absent, `allow:` with nothing, or `[]`: start a block list.
                 sequence = CommentedSeq(list(sequence or ()))
-                document[action] = sequence
+                lists[action] = sequence
             sequence.append(_entry_node(entry))
-            atomic_write(path, _dump(document), mode=0o644)
+            _write(path, document)
         return DecisionChange(path, action, entry, changed=True)
 
     def remove(
@@ -161,13 +195,13 @@ class DecisionStore:
             if load_text(path) is None:
                 return DecisionChange(path, action, entry, changed=False)
             document = self._read_document(path, scope, project)
-            sequence = document.get(action)
-            index = self._find(sequence, entry)
-            if index is None:
-                return DecisionChange(path, action, entry, changed=False)
-            del sequence[index]
-            atomic_write(path, _dump(document), mode=0o644)
-        return DecisionChange(path, action, entry, changed=True)
+            for held in self._holders(document):
+                index = self._find(held.get(action), entry)
+                if index is not None:
+                    del held[action][index]
+                    _write(path, document)
+                    return DecisionChange(path, action, entry, changed=True)
+        return DecisionChange(path, action, entry, changed=False)
 
     def add_command(
         self, scope: DecisionScope, command: str, owner: str | None = None
@@ -211,13 +245,13 @@ class DecisionStore:
                 sequence.append(node)
             else:
                 del sequence[present[0]]
-            atomic_write(path, _dump(document), mode=0o644)
+            _write(path, document)
         return CommandChange(path, pattern, changed=True)
 
 
 def command_pattern(command: str) -> str:
     """The pattern that approves exactly *command* (its canonical form) and nothing else."""
-    pattern = "^" + re.escape(command) + "$"
+    pattern = literal(command)
     CommandPattern(pattern=pattern)  # it compiles
     return pattern
 
@@ -233,3 +267,50 @@ def remove_session_decisions(paths: CloisterPaths, cloister: str) -> bool:
         except FileNotFoundError:
             return False
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """What :func:`migrate_approvals` did: files moved, and those left (a file of that
+    name was in ``decisions/`` already)."""
+
+    moved: tuple[tuple[Path, Path], ...] = ()
+    left: tuple[tuple[Path, Path], ...] = ()  # (the old file, the one in its way)
+
+    def lines(self) -> list[str]:
+        """What happened, a line each, for the human."""
+        return [f"moved {source} to {target}" for source, target in self.moved] + [
+            f"{source} was not moved: {target} exists; merge its entries there by hand,"
+            " then remove it"
+            for source, target in self.left
+        ]
+
+
+def migrate_approvals(paths: CloisterPaths) -> Migration:
+    """Move the Go implementation's ``<config>/approvals/`` files into ``decisions/``.
+
+    Its layout is the same (``global.yaml``, ``projects/<name>.yaml``) and both shapes of
+    the files are read. A file already in ``decisions/`` is never replaced: the old one
+    stays where it is, and ``approvals/`` with it; an emptied ``approvals/`` is removed.
+    """
+    old = paths.config_dir / "approvals"
+    if old.is_symlink() or not old.is_dir():
+        return Migration()
+    moved: list[tuple[Path, Path]] = []
+    left: list[tuple[Path, Path]] = []
+    for source in sorted([old / "global.yaml", *(old / "projects").glob("*.yaml")]):
+        if source.is_symlink() or not source.is_file():
+            continue
+        target = paths.decisions_dir / source.relative_to(old)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with locked(target):
+            if target.exists():
+                left.append((source, target))
+                continue
+            source.chmod(0o600)
+            source.rename(target)
+        moved.append((source, target))
+    for directory in (old / "projects", old):
+        with contextlib.suppress(OSError):  # not empty: something is left for the human
+            directory.rmdir()
+    return Migration(tuple(moved), tuple(left))

@@ -35,6 +35,34 @@ class ProjectPolicy:
     commands: CommandPolicy
     files: tuple[Path, ...]
 
+    def rule_files(self, config_dir: Path | None = None) -> tuple[Path, ...]:
+        """config.yaml, then the project's file: where a human writes rules.
+
+        With *config_dir*, the same files under it: the config directory as the human
+        sees it, when this runs in a container that mounts it elsewhere.
+        """
+        mine = self.files[:2] if self.project is not None else self.files[:1]
+        return tuple(self.as_seen_from(file, config_dir) for file in mine)
+
+    def as_seen_from(self, file: Path, config_dir: Path | None) -> Path:
+        """*file* (one of this policy's) under *config_dir* instead: the config
+        directory as the human sees it; unchanged without one."""
+        if config_dir is None:
+            return file
+        root = self.files[0].parent  # config.yaml is at the top of the config directory
+        try:
+            return config_dir / file.relative_to(root)
+        except ValueError:
+            return file
+
+    def where_to_write(self, key: str, config_dir: Path | None = None) -> str:
+        """``<key> in <config.yaml> (every project) or in <project file> (project p)``."""
+        files = self.rule_files(config_dir)
+        text = f"{key} in {files[0]} (every project)"
+        if len(files) > 1:
+            text += f" or in {files[1]} (project {self.project})"
+        return text
+
 
 def load_project_policy(
     paths: CloisterPaths, project: str | None, *, create_config: bool = False

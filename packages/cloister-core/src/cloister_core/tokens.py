@@ -10,6 +10,10 @@ the CLI once the container has one): the services refuse it from any other addre
 a cloister that learns another's token still cannot act as it. A record without an
 address (the moment between the container's creation and its address) is refused.
 
+A record names the agent the cloister was started with (``agent``, absent for a
+shell): the proxy refuses that agent's own background hosts without asking
+(:mod:`cloister_core.background`).
+
 Lookup is constant-time with respect to the secret: the presented token is keyed
 with HMAC-SHA256 under a random per-registry key and the digest is what the table is
 indexed by, so the time a lookup takes tells an attacker nothing about how close a
@@ -63,6 +67,7 @@ class TokenRecord(BaseModel):
     path: str
     created_at: AwareDatetime
     address: str | None = None  # the cloister's address on its own network
+    agent: str | None = None  # `cloister start --agent NAME`; None: a shell
 
     @field_validator("token")
     @classmethod
@@ -93,6 +98,11 @@ class TokenRecord(BaseModel):
     def _ip_address(cls, value: str | None) -> str | None:
         return str(ipaddress.ip_address(value)) if value is not None else None
 
+    @field_validator("agent")
+    @classmethod
+    def _agent_name(cls, value: str | None) -> str | None:
+        return validate_name(value, what="agent name") if value is not None else None
+
     def accepts_from(self, peer: str | None) -> bool:
         """Whether a request from *peer* may use this token: its cloister's address only."""
         if self.address is None or peer is None:
@@ -108,6 +118,10 @@ class TokenRecord(BaseModel):
     def bound_to(self, address: str) -> TokenRecord:
         """This record, bound to *address*."""
         return self.model_copy(update={"address": str(ipaddress.ip_address(address))})
+
+    def for_agent(self, agent: str | None) -> TokenRecord:
+        """This record, for a cloister started with *agent* (None: a shell)."""
+        return self.model_copy(update={"agent": self._agent_name(agent)})
 
     @field_serializer("token", when_used="json")
     def _reveal_token(self, value: SecretStr) -> str:
@@ -147,7 +161,11 @@ def token_path(tokens_dir: Path, cloister: str) -> Path:
 def write_token_file(tokens_dir: Path, record: TokenRecord) -> Path:
     """Write *record* atomically to ``<tokens_dir>/<cloister>`` with mode 0600."""
     path = token_path(tokens_dir, record.cloister)
-    atomic_write(path, record.model_dump_json(indent=2) + "\n", mode=0o600, dir_mode=0o700)
+    # Without an agent the record is written as before the field, for a proxy that
+    # predates it (a running guardian is not restarted by an upgrade of the CLI).
+    unset = {"agent"} if record.agent is None else None
+    text = record.model_dump_json(indent=2, exclude=unset)
+    atomic_write(path, text + "\n", mode=0o600, dir_mode=0o700)
     return path
 
 

@@ -86,6 +86,11 @@ class GatewaySettings(BaseSettings):
     config_dir: Path = Field(
         default_factory=default_config_dir, description="Cloister's config directory"
     )
+    host_config_dir: Path | None = Field(
+        default=None,
+        description="the config directory as the human sees it (on the host, when this runs"
+        " in a container that mounts it elsewhere), named in refusals (default: config_dir)",
+    )
     data_dir: Path = Field(
         default_factory=default_data_dir, description="Cloister's data directory"
     )
@@ -342,10 +347,12 @@ class Gateway:
                 status="denied",
                 reason=verdict.reason,
             )
+            where = policy.where_to_write("hostexec.auto_approve", self._settings.host_config_dir)
             return HostexecOut(
                 status="denied",
-                reason=f"`{verdict.command}` {verdict.reason}; add a pattern to"
-                " hostexec.auto_approve or hostexec.manual_approve to allow it",
+                reason=f"`{verdict.command}` {verdict.reason}; to allow it, add a pattern"
+                f" (a regular expression of the whole command) to {where}, or to"
+                " hostexec.manual_approve there to be asked each time",
             )
         pattern = verdict.rule.pattern.pattern if verdict.rule else None
         self._log("hostexec.decision", who, command=verdict.command, status=status, pattern=pattern)

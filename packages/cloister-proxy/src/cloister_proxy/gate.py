@@ -2,9 +2,10 @@
 
 Order matters and is fixed here: authentication first (no policy, DNS or approval
 work for an unknown caller), then the destination's policy verdict, then — only for
-a host no rule mentions — the approval hub. Each refusal is a :class:`Refusal`: the
-status, the ``X-Cloister-Reason`` code, and one plain-text line that says what
-happened and what the human can do about it.
+a host no rule mentions — the cloister's agent's own background hosts (refused
+without asking, :mod:`cloister_core.background`), then the approval hub. Each
+refusal is a :class:`Refusal`: the status, the ``X-Cloister-Reason`` code, and one
+plain-text line that says what happened and what the human can do about it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
+from cloister_core.background import background_hosts
 from cloister_core.errors import InvalidHostError
 from cloister_core.hosts import Host, normalize_host
 from cloister_core.hub import DomainDecision
@@ -25,6 +28,7 @@ from cloister_proxy.http1 import HttpError, ProxyTarget, RequestHead, render_res
 
 ReasonCode = Literal[
     "denied",
+    "agent-default",
     "not-approved",
     "approval-timeout",
     "private-address",
@@ -130,18 +134,56 @@ def decide(
     session: Policy | None,
     *,
     hub_configured: bool,
+    agent: str | None = None,
+    host_config_dir: Path | None = None,
 ) -> Decision:
-    """The policy's answer for one destination of one cloister."""
+    """The policy's answer for one destination of one cloister (started with *agent*).
+
+    *host_config_dir*: the config directory as the human sees it on the host, named in
+    refusals (the proxy's container mounts it elsewhere).
+    """
     verdict = policy.domains.decide(destination.host, destination.port, session)
     if verdict.action == "allow":
         return Allowed(destination, verdict)
     if verdict.action == "deny":
-        return _refusal_for(destination, verdict, sorted(policy.domains.allowed_ports))
-    return _unlisted(destination, policy, hub_configured=hub_configured)
+        return _refusal_for(destination, verdict, policy, host_config_dir)
+    if agent is not None and destination.host.name in background_hosts(agent, policy.config.agents):
+        return agent_default(destination, agent, policy, host_config_dir)
+    return _unlisted(
+        destination, policy, hub_configured=hub_configured, host_config_dir=host_config_dir
+    )
 
 
-def _refusal_for(destination: Destination, verdict: Verdict, allowed_ports: list[int]) -> Refusal:
-    where = f"{verdict.rule.text} in {verdict.rule.source}" if verdict.rule else "a rule"
+def agent_default(
+    destination: Destination,
+    agent: str,
+    policy: ProjectPolicy,
+    host_config_dir: Path | None = None,
+) -> Refusal:
+    """A host the cloister's agent calls on its own, which no rule decides: refused at
+    once rather than held (it would fill the approval queue at every start)."""
+    host = destination.host.name
+    return Refusal(
+        403,
+        f"cloister: {host} is one of {agent}'s own background hosts (updates, telemetry),"
+        f" refused without asking (agents.{agent}.background_hosts); add `- domain: {host}`"
+        f" under {policy.where_to_write('proxy.allow', host_config_dir)} to allow it",
+        "agent-default",
+    )
+
+
+def _refusal_for(
+    destination: Destination,
+    verdict: Verdict,
+    policy: ProjectPolicy,
+    host_config_dir: Path | None,
+) -> Refusal:
+    allowed_ports = sorted(policy.domains.allowed_ports)
+    where = "a rule"
+    if verdict.rule is not None:
+        file = verdict.rule.source.file
+        shown = policy.as_seen_from(file, host_config_dir) if file else verdict.rule.source
+        where = f"{verdict.rule.text} in {shown}"
     if verdict.reason == "denied":
         return Refusal(
             403,
@@ -159,24 +201,31 @@ def _refusal_for(destination: Destination, verdict: Verdict, allowed_ports: list
     )
 
 
-def _unlisted(destination: Destination, policy: ProjectPolicy, *, hub_configured: bool) -> Decision:
+def _unlisted(
+    destination: Destination,
+    policy: ProjectPolicy,
+    *,
+    hub_configured: bool,
+    host_config_dir: Path | None = None,
+) -> Decision:
     """A destination no rule mentions: refuse at once, or ask a human."""
     host, port = destination.host, destination.port
-    config_file = policy.files[0]
     if port not in policy.domains.allowed_ports:
         # Approving the host would not open this port, so do not ask.
         return Refusal(
             403,
             f"cloister: {destination.authority} is not on the allowlist and port {port} is not"
             f" in proxy.allowed_ports {sorted(policy.domains.allowed_ports)}; add a rule with"
-            f" `ports: [{port}]` to {config_file} to allow it",
+            f" `ports: [{port}]` to {policy.where_to_write('proxy.allow', host_config_dir)}"
+            " to allow it",
             "port-not-allowed",
         )
     if host.is_ip:
         return Refusal(
             403,
             f"cloister: {destination.authority} is an IP address; IP destinations need an"
-            f" explicit rule (`- domain: {host.name}` under proxy.allow in {config_file})",
+            f" explicit rule: `- domain: {host.name}` under"
+            f" {policy.where_to_write('proxy.allow', host_config_dir)}",
             "not-approved",
         )
     behavior = policy.config.proxy.unlisted_domain_behavior
@@ -189,8 +238,8 @@ def _unlisted(destination: Destination, policy: ProjectPolicy, *, hub_configured
     )
     return Refusal(
         403,
-        f"cloister: {host} is not on the allowlist and {why}; add it to proxy.allow in"
-        f" {config_file} to allow it",
+        f"cloister: {host} is not on the allowlist and {why}; add it to"
+        f" {policy.where_to_write('proxy.allow', host_config_dir)} to allow it",
         "not-approved",
     )
 

@@ -436,6 +436,8 @@ class ProxyServer:
             policy,
             self._state.session_policy(record),
             hub_configured=self._approvals is not None,
+            agent=record.agent,
+            host_config_dir=self._settings.host_config_dir,
         )
         if isinstance(decision, gate.NeedsApproval):
             decision = await self._ask_hub(client, decision.destination, record, policy, exchange)

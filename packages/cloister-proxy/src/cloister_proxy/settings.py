@@ -45,6 +45,11 @@ class ProxySettings(BaseSettings):
         description="Cloister's config directory: config.yaml, projects/, decisions/, tokens/"
         " (default: $CLOISTER_CONFIG_DIR or ~/.config/cloister)",
     )
+    host_config_dir: Path | None = Field(
+        default=None,
+        description="the config directory as the human sees it (on the host, when this runs"
+        " in a container that mounts it elsewhere), named in refusals (default: config_dir)",
+    )
     data_dir: Path = Field(
         default_factory=default_data_dir,
         description="Cloister's data directory"

@@ -5,7 +5,9 @@ Each module (:mod:`.claude`, :mod:`.codex`, :mod:`.gemini`) defines one
 its state directory and the credential gateway, and the files Cloister writes into that
 directory at every start (:meth:`~cloister_cli.agents.base.Agent.home_files`). Adding
 an agent is one module, listed here, plus its provider in
-:data:`cloister_core.credentials.PROVIDERS`.
+:data:`cloister_core.credentials.PROVIDERS` and the hosts it still calls on its own
+(updates, telemetry, with every switch it has off) in
+:data:`cloister_core.background.BACKGROUND_HOSTS`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,12 @@ base URL:
   default?" question: with all of them the TUI starts straight in "bypass permissions
   on".
 * ``DISABLE_AUTOUPDATER`` and ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`` exist in the
-  binary (no update check, no telemetry: both would wait at the proxy).
+  binary (no update check, no telemetry: both would wait at the proxy). The latter
+  implies ``DISABLE_TELEMETRY`` and ``DISABLE_ERROR_REPORTING`` (its documentation
+  says so); they are set too, so that a human who turns non-essential traffic back on
+  in ``agents.claude.env`` (for updates, say) still sends no telemetry or error reports.
+  What remains, ``downloads.claude.ai`` (updates, plugin executables), is refused by
+  the proxy without asking (:mod:`cloister_core.background`).
 """
 
 from __future__ import annotations
@@ -116,6 +121,8 @@ class Claude(Agent):
             "IS_SANDBOX": "1",  # bypass mode is refused as root without it
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
         }
         if method == "api-key":
             variables |= {"ANTHROPIC_BASE_URL": gateway_url, "ANTHROPIC_AUTH_TOKEN": token}

@@ -20,6 +20,11 @@ scratch home, ``strace -f -e trace=file`` and a local HTTP server as the gateway
   default the TUI copies its 400 MB binary into ``CODEX_HOME/packages`` and starts an
   app-server daemon that outlives it; off, the state directory stays small.
 * ``check_for_update_on_startup = false``: the update check would wait at the proxy.
+* ``[analytics] enabled = false`` and ``[otel] metrics_exporter = "none"``: by default
+  it posts usage metrics to ``ab.chatgpt.com`` (its built-in OTLP exporter) and
+  analytics events to the ChatGPT backend. Its curated plugin list comes from
+  ``github.com`` at every start, with no switch; both hosts are refused by the proxy
+  without asking (:mod:`cloister_core.background`).
 """
 
 from __future__ import annotations
@@ -117,6 +122,8 @@ class Codex(Agent):
             }
         config["projects"] = {WORK: {"trust_level": "trusted"}}
         config["features"] = {"daemon_auto_start": False}
+        config["analytics"] = {"enabled": False}
+        config["otel"] = {"metrics_exporter": "none"}
         return [toml_file("config.toml", config), text_file(self.rules_file, rules)]
 
     def copied(self, host_home: Path) -> list[HomeFile]:

@@ -20,7 +20,9 @@ trace=file`` and a local HTTP server as the gateway:
   also needs a trusted folder: ``GEMINI_CLI_TRUST_WORKSPACE=true`` (documented).
 * ``general.enableAutoUpdate``/``enableAutoUpdateNotification`` and
   ``privacy.usageStatisticsEnabled`` off: update checks and usage statistics would
-  wait at the proxy.
+  wait at the proxy; ``telemetry.enabled`` off (its default) so that no OpenTelemetry
+  export starts either. The usage statistics' host, ``play.googleapis.com``
+  (Clearcut), is refused by the proxy without asking (:mod:`cloister_core.background`).
 * The Google login (``existing-login``) is ``oauth_creds.json`` (refreshed tokens are
   written back there) and ``google_accounts.json`` (the account's e-mail, optional),
   with ``security.auth.selectedType = "oauth-personal"``.
@@ -112,6 +114,7 @@ class Gemini(Agent):
         settings: dict[str, Any] = {
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
             "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
             "security": {"auth": {"selectedType": auth}},
         }
         return [json_file("settings.json", settings), text_file(self.rules_file, rules)]

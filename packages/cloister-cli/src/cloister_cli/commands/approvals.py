@@ -16,7 +16,7 @@ from rich.text import Text
 
 from cloister_cli import completion_sources
 from cloister_cli.commands.output import console, print_json, warn
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_core.printable import printable
 
 SCOPES = click.Choice(["once", "session", "project", "global"])

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,7 +31,8 @@ from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
+    from cloister_cli.lifecycle import LostGitDir, StopOutcome
     from cloister_cli.starting import StartOptions as LifecycleOptions
     from cloister_cli.starting import StartOutcome
     from cloister_core.devcontainer import Devcontainer
@@ -66,7 +67,9 @@ if TYPE_CHECKING:
     "-y", "--yes", "assume_yes", is_flag=True, help="Accept a changed shape without asking."
 )
 @click.option("--dry-run", is_flag=True, help="Print what would be built and run; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON for scripts.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="With --dry-run or -d: print JSON for scripts."
+)
 @click.pass_obj
 def start(
     context: Context,
@@ -106,12 +109,13 @@ def start(
       cloister start -p work-my-api       # when another project is called my-api
       cloister start --dry-run            # the image, the overrides, the docker run
       cloister start --dry-run --json | jq -r .command
+      cloister start -d --json | jq -r '.stand_ins[]'
       cloister start -d --yes --devcontainer .devcontainer/ci
     """
     from cloister_cli import agentstate, starting  # noqa: PLC0415 - see the module docstring
 
-    if as_json and not dry_run:
-        raise click.UsageError("--json goes with --dry-run")
+    if as_json and not (dry_run or detach):
+        raise click.UsageError("--json goes with --dry-run or -d")
     if no_devcontainer and devcontainer_path is not None:
         raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
     if dry_run:
@@ -151,6 +155,8 @@ def start(
     if outcome.created:
         _lifecycle(context, outcome, "create")
     if detach:
+        if as_json:
+            print_json(_start_json(outcome))
         return
     if outcome.created:
         _lifecycle(context, outcome, "attach")
@@ -163,6 +169,21 @@ def start(
     result = subprocess.run([docker_cli, "exec", "-it", outcome.container, *command], check=False)
     note(f"left cloister {outcome.name} (still running; `cloister stop {outcome.name}` ends it)")
     raise SystemExit(result.returncode)
+
+
+def _start_json(outcome: StartOutcome) -> dict[str, Any]:
+    where = outcome.workspace.directory
+    return {
+        "name": outcome.name,
+        "container": outcome.container,
+        "created": outcome.created,
+        "path": str(where),
+        "branch": outcome.workspace.branch,
+        "snapshot": outcome.snapshot,
+        "stand_ins": [str(path.relative_to(where)) for path in outcome.stand_ins],
+        "removed_stand_ins": [str(path) for path in outcome.left_behind],
+        "warnings": list(outcome.warnings),
+    }
 
 
 def _show_protections(outcome: StartOutcome) -> None:
@@ -182,6 +203,19 @@ def _show_protections(outcome: StartOutcome) -> None:
             for item in configured
         )
         note(f"protected paths, read-only in the cloister: {printable(names)}")
+    if outcome.stand_ins:
+        made = ", ".join(str(path.relative_to(where)) for path in outcome.stand_ins)
+        note(
+            "made empty read-only stand-ins for protected paths that did not exist"
+            f" (removed at stop): {printable(made)}"
+        )
+    _show_left_behind(outcome.left_behind)
+
+
+def _show_left_behind(paths: tuple[Path, ...]) -> None:
+    if paths:
+        removed = ", ".join(str(path) for path in paths)
+        note(f"removed the stand-ins an unfinished stop left: {printable(removed)}")
 
 
 def _show_overrides(devcontainer: Devcontainer) -> None:
@@ -309,22 +343,71 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
         if outcome.sync is not None:
             for line in outcome.sync.lines():
                 note(printable(line))
-        if outcome.sync_error is not None:
+        if outcome.lost is not None:
+            warn(lost_git_message(each, outcome.lost))
+        elif outcome.sync_error is not None:
             warn(
                 f"its commits could not be brought back ({printable(outcome.sync_error)});"
                 f" its git directory is kept: `cloister sync {each}` tries again"
             )
         for line in outcome.moved:
             note(f"moved a repository the agent made in the project: {printable(line)}")
+        _show_left_behind(outcome.left_behind)
         if outcome.review_error is not None:
-            warn(
-                f"could not review what cloister {each} left ({outcome.review_error});"
-                " treat its work as hostile until `cloister review` succeeds"
-            )
+            warn(review_failed_message(each, outcome))
         if outcome.report is not None:
             print_report(outcome.report, who=f"cloister {each}")
             if outcome.report.findings:
                 note(f"`cloister review {each}` shows them again")
+
+
+def lost_git_message(name: str, lost: LostGitDir) -> str:
+    """What happened to a git directory a stopped cloister's commits cannot come back
+    from, and the exact command that brings the project back."""
+    where = printable(str(lost.path))
+    if lost.whose == "repository":
+        what = (
+            f"your repository's git directory ({where}) is gone: cloister {name}'s commits"
+            " could not be brought back into it"
+        )
+    elif lost.what == "removed":
+        what = (
+            f"the agent removed cloister {name}'s git directory (/work/.git inside): the"
+            " commits it made could not be brought back, and no retry can. Your repository's"
+            " own git directory was never in the cloister; the project's files are as the"
+            " agent left them"
+        )
+    else:
+        what = (
+            f"the agent replaced cloister {name}'s git directory (/work/.git inside) with"
+            f" another repository: its commits could not be brought back (it is kept at"
+            f" {where})"
+        )
+    if lost.snapshot is None:
+        return (
+            f"{what}. No snapshot of its start was kept (snapshots are off, or taking it"
+            " failed), so `cloister restore` cannot bring the project back"
+        )
+    return (
+        f"{what}. To bring the project back to how this cloister's start found it (history,"
+        f" branches, uncommitted work; what is there now is kept as a snapshot first),"
+        f" run: cloister restore {name}"
+    )
+
+
+def review_failed_message(name: str, outcome: StopOutcome) -> str:
+    """``stop`` could not review what *name* left: with a git directory gone, the review
+    has nothing to add to `cloister restore`."""
+    error = outcome.review_error or ""
+    if outcome.lost is not None and outcome.lost.snapshot is not None:
+        return (
+            f"could not review what cloister {name} left ({printable(error)}); treat"
+            f" the project as hostile until you run: cloister restore {name}"
+        )
+    return (
+        f"could not review what cloister {name} left ({printable(error)});"
+        " treat its work as hostile until `cloister review` succeeds"
+    )
 
 
 class _ExecCommand(click.Command):

@@ -7,19 +7,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from cloister_cli import projects
-from cloister_core.config import ensure_default_config
-from cloister_core.config.check import CheckReport, check_configuration
 from cloister_core.errors import CloisterError, ConfigError, ConfigProblem
 from cloister_core.names import validate_name
-from cloister_core.policy import load_project_policy
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context as CliContext
+    from cloister_cli.context import Context as CliContext
+    from cloister_core.config.check import CheckReport
+
+# The config models (pydantic, ruamel.yaml) are imported by the commands that read the
+# config: `config path` prints paths only, at once.
 
 
 def _project_option(value: str | None) -> str | None:
@@ -114,18 +111,29 @@ def config_check(obj: CliContext, project: str | None, strict: bool, as_json: bo
     Errors and warnings name the file, line and column. Warnings are rules that are
     valid but open too much (a pattern on a public suffix such as *.com, an
     auto_approve pattern that approves any command, no rule for the AI providers'
-    APIs). Exit status 1 if anything is wrong, or with --strict if anything warns.
+    APIs), and keys of the Go implementation's config.yaml that Cloister sets aside
+    or reads as its own (each with what Cloister does instead). Its approvals/
+    directory is moved to decisions/. Exit status 1 if anything is wrong, or with
+    --strict if anything warns.
 
     \b
     Examples:
       cloister config check
       cloister config check -p my-api --strict
     """
+    from cloister_cli import projects  # noqa: PLC0415 - see the imports above
+    from cloister_core.config import ensure_default_config  # noqa: PLC0415
+    from cloister_core.config.check import check_configuration  # noqa: PLC0415
+
     project = _project_option(project)
     if project is not None:
         projects.require(obj.paths, project)
     if ensure_default_config(obj.paths.config_file) and not as_json:
         click.echo(f"wrote the default configuration to {obj.paths.config_file}")
+    from cloister_core.decisions import migrate_approvals  # noqa: PLC0415 - where it runs
+
+    for line in migrate_approvals(obj.paths).lines():
+        click.echo(line, err=as_json)
     report = check_configuration(obj.paths, project)
     errors = [*report.errors, *_ref_errors(obj, report)]
     problems = sum(len(error.problems) for error in errors)
@@ -182,7 +190,7 @@ def config_check(obj: CliContext, project: str | None, strict: bool, as_json: bo
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object for scripts.")
 @click.pass_obj
 def config_show(obj: CliContext, project: str | None, as_json: bool) -> None:
-    """Show the effective domain rules and hostexec patterns, with their files.
+    """Show the effective domain rules, hostexec patterns and agents' background hosts.
 
     Hostexec patterns are regular expressions matched against the whole command.
 
@@ -191,9 +199,21 @@ def config_show(obj: CliContext, project: str | None, as_json: bool) -> None:
       cloister config show
       cloister config show -p my-api --json | jq '.domains[] | select(.action=="deny")'
     """
+    from cloister_cli import projects  # noqa: PLC0415 - see the imports above
+    from cloister_core.background import (  # noqa: PLC0415
+        BACKGROUND_HOSTS,
+        background_hosts,
+        overridden,
+    )
+    from cloister_core.policy import load_project_policy  # noqa: PLC0415
+
     project = _project_option(project)
     if project is not None:
         projects.require(obj.paths, project)
+    from cloister_core.decisions import migrate_approvals  # noqa: PLC0415 - where it runs
+
+    for line in migrate_approvals(obj.paths).lines():
+        click.echo(line, err=True)
     try:
         policy = load_project_policy(obj.paths, project, create_config=True)
     except ConfigError as error:
@@ -220,6 +240,14 @@ def config_show(obj: CliContext, project: str | None, as_json: bool) -> None:
         ],
     }
     timeout = policy.config.hostexec.timeout.total_seconds()
+    agents = policy.config.agents
+    background = {
+        name: {
+            "hosts": list(background_hosts(name, agents)),
+            "source": "config" if overridden(name, agents) else "default",
+        }
+        for name in BACKGROUND_HOSTS
+    }
     if as_json:
         document = {
             "project": project,
@@ -228,19 +256,32 @@ def config_show(obj: CliContext, project: str | None, as_json: bool) -> None:
             "unlisted_domain_behavior": proxy.unlisted_domain_behavior,
             "approval_timeout_seconds": proxy.approval_timeout.total_seconds(),
             "hostexec": {**commands, "timeout_seconds": timeout},
+            "agent_background_hosts": background,
         }
         click.echo(json.dumps(document, indent=2))
         return
+    from rich.table import Table  # noqa: PLC0415 - rich only when a table is drawn
+    from rich.text import Text  # noqa: PLC0415
+
+    from cloister_cli.commands.output import console as whole_console  # noqa: PLC0415
+
     table = Table("action", "rule", "ports", "scope", "file", title="Domain rules (deny wins)")
     for row in domains:
         ports = ", ".join(map(str, row["ports"])) if row["ports"] else "default"
         table.add_row(row["action"], row["rule"], ports, row["scope"], Text(row["file"]))
-    console = Console()
+    console = whole_console()
     console.print(table)
     console.print(
         f"allowed ports {sorted(proxy.allowed_ports)}; unlisted domains: "
         f"{proxy.unlisted_domain_behavior} (timeout {proxy.approval_timeout.total_seconds():g}s)"
     )
+    hosts = Table(
+        "agent", "hosts", "from", title="Agents' background hosts (refused unless a rule decides)"
+    )
+    for name, row in background.items():
+        source = f"agents.{name}.background_hosts" if row["source"] == "config" else "default"
+        hosts.add_row(name, Text(", ".join(row["hosts"]) or "(none)"), source)
+    console.print(hosts)
     patterns = Table(
         "list", "pattern", "file", title="Hostexec patterns (auto_approve is tried first)"
     )

@@ -11,8 +11,8 @@ from cloister_cli.commands.output import note, print_json, warn
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
+    from cloister_cli.context import Context
     from cloister_cli.gc import Collected, Orphan, Survey
-    from cloister_cli.lifecycle import Context
 
 
 def _survey_json(found: Survey) -> dict[str, Any]:
@@ -29,6 +29,9 @@ def _survey_json(found: Survey) -> dict[str, Any]:
         "stale_port_forwarders": found.stale_ports,
         "sync_containers": found.syncs,
         "stale_networks": found.stale_networks,
+        "stand_ins": {
+            name: [str(path) for path in paths] for name, paths in found.stand_ins.items()
+        },
     }
 
 
@@ -47,6 +50,9 @@ def _print_survey(found: Survey) -> None:
         click.echo(f"port forwarder {name}: its cloister is gone")
     for name in found.stale_networks:
         click.echo(f"network {name}: its cloister is gone")
+    for name, paths in found.stand_ins.items():
+        listed = ", ".join(str(path) for path in paths)
+        click.echo(f"stand-ins cloister {name} left: {printable(listed)}")
 
 
 def _print_collected(done: Collected) -> None:
@@ -80,6 +86,9 @@ def _print_collected(done: Collected) -> None:
         click.echo(f"removed {done.syncs} sync container(s) left behind")
     for name in done.networks:
         click.echo(f"removed network {name} (its cloister is gone)")
+    if done.stand_ins:
+        listed = ", ".join(str(path) for path in done.stand_ins)
+        click.echo(f"removed the stand-ins an unfinished stop left: {printable(listed)}")
 
 
 @click.command("gc")
@@ -93,7 +102,8 @@ def gc(context: Context, dry_run: bool, yes: bool, as_json: bool) -> None:
     A cloister whose container is gone without `cloister stop` (a killed CLI,
     `docker rm`, a reboot) leaves its token file, the commondir pin and the
     read-only placeholders in its repository, and the git guard in its config:
-    gc stops it properly (what the agent left is reviewed, as at stop). It also
+    gc stops it properly (what the agent left is reviewed, as at stop), and
+    removes the empty stand-ins a stop killed half-way left. It also
     removes snapshots the `snapshots:` rules expire, and asks before removing a
     worktree under <data>/worktrees whose repository is gone or forgot it (it
     may hold the only copy of uncommitted work). Port forwarders and networks
@@ -136,8 +146,9 @@ def gc(context: Context, dry_run: bool, yes: bool, as_json: bool) -> None:
         document["removed_worktrees"] = [str(path) for path in done.worktrees]
         document["removed_snapshots"] = done.snapshots
         document["removed_port_forwarders"] = done.forwarders
+        document["removed_stand_ins"] = [str(path) for path in done.stand_ins]
         print_json(document)
-    elif found.empty and not (done.pool_files or done.forwarders):
+    elif found.empty and not (done.pool_files or done.forwarders or done.stand_ins):
         click.echo("nothing to clean up")
     else:
         _print_collected(done)

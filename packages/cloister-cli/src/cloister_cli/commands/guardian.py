@@ -11,9 +11,9 @@ from rich.table import Table
 
 from cloister_cli import lifecycle
 from cloister_cli.commands.output import build_progress, console, note, print_json, warn
+from cloister_cli.context import Context
 from cloister_cli.guardian import legacy_hint
 from cloister_cli.hub_client import hub_secret_path, login_page_path
-from cloister_cli.lifecycle import Context
 from cloister_core.hubauth import REVOKED_BEFORE, revoke_sessions, sessions_dir
 
 

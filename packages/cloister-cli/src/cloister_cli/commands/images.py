@@ -23,7 +23,7 @@ from cloister_cli.commands.output import (
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
     from cloister_core.devcontainer import Devcontainer
 
 

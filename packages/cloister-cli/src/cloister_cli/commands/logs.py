@@ -16,7 +16,7 @@ from cloister_core.errors import CloisterError
 
 if TYPE_CHECKING:  # imported where used: shell completion loads this module on every TAB
     from cloister_cli.cloisterlogs import Record
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
 
 
 @click.command("logs")

@@ -22,9 +22,17 @@ if TYPE_CHECKING:
 
 
 def console(*, stderr: bool = False) -> Console:
-    from rich.console import Console  # noqa: PLC0415 - lazy, see the module docstring
+    """A rich console for stdout (or stderr) whose tables never cut an id, name or path
+    (:mod:`cloister_cli.commands.tables`); piped, it folds no line at all."""
+    from cloister_cli.commands.tables import (  # noqa: PLC0415 - lazy, see the module docstring
+        UNFOLDED,
+        WholeConsole,
+    )
 
-    return Console(stderr=stderr, highlight=False)
+    out = WholeConsole(stderr=stderr, highlight=False)
+    if not out.is_terminal:
+        out.width = UNFOLDED
+    return out
 
 
 def print_json(document: Any) -> None:

@@ -15,7 +15,7 @@ from cloister_cli import completion_sources
 from cloister_cli.commands.output import console, note, print_json
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
     from cloister_cli.ports import Forward
 
 

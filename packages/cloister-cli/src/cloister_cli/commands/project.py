@@ -16,7 +16,7 @@ from cloister_cli.commands.output import console, note, print_json
 from cloister_core.names import validate_name
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
 
 NO_PROJECTS = "no projects yet: `cloister start` in a repository registers one"
 

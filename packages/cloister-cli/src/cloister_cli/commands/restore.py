@@ -15,7 +15,7 @@ from cloister_core.errors import CloisterError
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
     from cloister_cli.snapshots import RestoreOutcome
     from cloister_core.snapshots import SnapshotRecord
 

@@ -13,7 +13,7 @@ from cloister_core.errors import CloisterError
 
 if TYPE_CHECKING:  # imported where used: shell completion loads this module on every TAB
     from cloister_cli import sessions
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
     from cloister_cli.review import ReviewTarget
 
 FOUND_EXIT = 3  # something was found (1 is an error, 2 a usage error)
@@ -33,14 +33,19 @@ def _report_json(report: sessions.Report, actions: list[str]) -> dict[str, Any]:
 LABELS = {"runs-code": "runs code", "reads-outside": "reads outside", "review": "to review"}
 
 
-def print_report(report: sessions.Report, *, who: str) -> None:
-    """The findings for a person, on stderr."""
+def print_report(report: sessions.Report, *, who: str, after_fix: bool = False) -> None:
+    """The findings for a person, on stderr (*after_fix*: those --fix could not neutralise)."""
     if not report.findings:
         return
     count = len(report.findings)
+    things = f"{count} thing{'s' if count != 1 else ''}"
+    if after_fix:
+        opening = f"after --fix, {things} {'remain' if count != 1 else 'remains'}"
+    else:
+        opening = f"{who} left {things}"
     warn(
-        f"{who} left {count} thing{'s' if count != 1 else ''} that would run code or read"
-        " outside the project the next time you use git or open it:"
+        f"{opening} that would run code or read outside the project the next time you use"
+        " git or open it:"
     )
     for finding in report.findings:
         note(f"  {LABELS[finding.severity]:<14} {finding.path}")
@@ -91,11 +96,10 @@ def review(context: Context, name: str | None, as_json: bool, fix: bool, yes: bo
     actions: list[str] = []
     if fix and any(finding.fix for finding in report.findings):
         report, actions = _fix(context, report, who=who, quiet=as_json, yes=yes)
-        who = "what is left"
     if as_json:
         print_json(_report_json(report, actions))
     else:
-        print_report(report, who=who)
+        print_report(report, who=who, after_fix=bool(actions))
         if not report.findings:
             click.echo("nothing found" if not actions else "nothing left")
     if report.findings:

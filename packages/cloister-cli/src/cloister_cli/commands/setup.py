@@ -9,7 +9,7 @@ import click
 
 from cloister_cli.agents import AGENTS, Agent, AgentSetupError
 from cloister_cli.commands.output import console, note, print_json, warn
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 from cloister_core import credentials
 from cloister_core.credentials import METHODS, PROVIDERS, CredentialError, Method
 

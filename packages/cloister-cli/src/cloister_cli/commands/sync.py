@@ -13,7 +13,7 @@ from cloister_core.errors import CloisterError
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
 
 
 @click.command("sync")

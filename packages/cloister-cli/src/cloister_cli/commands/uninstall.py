@@ -6,9 +6,10 @@ import click
 
 from cloister_cli import listing
 from cloister_cli import uninstall as library
+from cloister_cli.commands.cloister import lost_git_message, review_failed_message
 from cloister_cli.commands.output import note, print_json, warn
 from cloister_cli.commands.review import print_report
-from cloister_cli.lifecycle import Context
+from cloister_cli.context import Context
 
 
 def _plan_lines(context: Context, plan: library.Purge | None) -> list[str]:
@@ -87,11 +88,10 @@ def uninstall(context: Context, purge: bool, force: bool, yes: bool, as_json: bo
         stopped = step.stopped
         if stopped is None:
             return
+        if stopped.lost is not None:
+            warn(lost_git_message(step.target, stopped.lost))
         if stopped.review_error is not None:
-            warn(
-                f"could not review what cloister {step.target} left ({stopped.review_error});"
-                " treat its work as hostile until `cloister review` succeeds"
-            )
+            warn(review_failed_message(step.target, stopped))
         if stopped.report is not None:
             print_report(stopped.report, who=f"cloister {step.target}")
 

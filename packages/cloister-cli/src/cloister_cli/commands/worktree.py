@@ -16,7 +16,7 @@ from cloister_cli.commands.output import console, print_json
 from cloister_core.names import sanitize_branch, validate_name
 
 if TYPE_CHECKING:
-    from cloister_cli.lifecycle import Context
+    from cloister_cli.context import Context
 
 
 @click.group()

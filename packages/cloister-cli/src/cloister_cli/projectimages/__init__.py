@@ -24,7 +24,10 @@ key, which ``cloister images prune`` keeps.
 The project is the agent's to write, so its files are read as hostile: nothing is
 followed through a symbolic link (a link is hashed and sent as a link, as Docker
 does), only regular files are opened, and ``.cloister/Dockerfile`` must be a regular
-file. Builds use the classic builder (no BuildKit), streamed to a progress callback.
+file. Builds use the classic builder (no BuildKit), streamed to a progress callback; a
+failing step's ``Step N/M`` line and last 40 lines of output are in the error. Cloister's
+agent images end as root, so a Dockerfile's ``RUN`` steps on one run as root; what the
+cloister runs as is not the image's ``USER`` but the host user's uid:gid, always.
 
 The package is split by concern: :mod:`.model` (constants, the error, the plan),
 :mod:`.context` (reading the project as hostile, the context sent to Docker),
@@ -34,36 +37,40 @@ build chain) and :mod:`.store` (the record, listing and pruning).
 
 from __future__ import annotations
 
-from cloister_cli.projectimages.model import (
-    BASE_ARG,
-    CLOISTER_LAYER,
-    HOSTEXEC_SOURCE,
-    KEY_LABEL,
-    PROJECT_DOCKERFILE,
-    PROJECT_LABEL,
-    RECIPE_VERSION,
-    TAG_PREFIX,
-    ImagePlan,
-    Progress,
-    ProjectImageError,
-    project_tag,
-)
-from cloister_cli.projectimages.plan import (
-    check_features,
-    ensure_project_image,
-    load_project_devcontainer,
-    plan_project_image,
-)
-from cloister_cli.projectimages.store import (
-    ProjectImage,
-    Prunable,
-    Removal,
-    list_project_images,
-    prunable,
-    prune_project_images,
-    read_record,
-    record_path,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cloister_cli.projectimages.model import (
+        BASE_ARG,
+        CLOISTER_LAYER,
+        HOSTEXEC_SOURCE,
+        KEY_LABEL,
+        PROJECT_DOCKERFILE,
+        PROJECT_LABEL,
+        RECIPE_VERSION,
+        TAG_PREFIX,
+        ImagePlan,
+        Progress,
+        ProjectImageError,
+        project_tag,
+    )
+    from cloister_cli.projectimages.plan import (
+        check_features,
+        ensure_project_image,
+        load_project_devcontainer,
+        plan_project_image,
+    )
+    from cloister_cli.projectimages.store import (
+        ProjectImage,
+        Prunable,
+        Removal,
+        list_project_images,
+        prunable,
+        prune_project_images,
+        read_record,
+        record_path,
+    )
 
 __all__ = [
     "BASE_ARG",
@@ -91,3 +98,41 @@ __all__ = [
     "read_record",
     "record_path",
 ]
+
+# Each name from its module, imported when first used: `cloister images list` needs
+# the store only, not the devcontainer and config parsers that planning loads.
+_HOMES = {
+    "BASE_ARG": "model",
+    "CLOISTER_LAYER": "model",
+    "HOSTEXEC_SOURCE": "model",
+    "KEY_LABEL": "model",
+    "PROJECT_DOCKERFILE": "model",
+    "PROJECT_LABEL": "model",
+    "RECIPE_VERSION": "model",
+    "TAG_PREFIX": "model",
+    "ImagePlan": "model",
+    "Progress": "model",
+    "ProjectImageError": "model",
+    "project_tag": "model",
+    "check_features": "plan",
+    "ensure_project_image": "plan",
+    "load_project_devcontainer": "plan",
+    "plan_project_image": "plan",
+    "ProjectImage": "store",
+    "Prunable": "store",
+    "Removal": "store",
+    "list_project_images": "store",
+    "prunable": "store",
+    "prune_project_images": "store",
+    "read_record": "store",
+    "record_path": "store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value

@@ -1,16 +1,15 @@
 """The build chain: each ``docker build`` of a plan with the classic builder, in order,
-from a context Cloister assembled, streamed to a progress callback."""
+from a context Cloister assembled, streamed to a progress callback; a failing step's
+header and last lines of output are in the error (:class:`cloister_cli.images.BuildOutput`)."""
 
 from __future__ import annotations
 
-import re
 import tempfile
-from collections.abc import Iterator
-from typing import Any
 
 import docker
 import docker.errors
 
+from cloister_cli.images import BuildOutput
 from cloister_cli.projectimages.context import context_tar
 from cloister_cli.projectimages.model import (
     BASE_ARG,
@@ -52,9 +51,6 @@ def build_chain(
     return image
 
 
-_BUILT = re.compile(r"Successfully built ([0-9a-f]+)")
-
-
 def _build_one(
     client: docker.DockerClient,
     build: Build,
@@ -67,40 +63,32 @@ def _build_one(
     no_cache: bool,
 ) -> str:
     """One classic-builder build from a context Cloister assembled; the image's ID."""
-    image: str | None = None
+    output = BuildOutput(lambda line: progress(shown, line))
     with tempfile.TemporaryFile(prefix="cloister-context-") as context:
         context_tar(build, context)
         try:
-            stream: Iterator[dict[str, Any]] = client.api.build(
-                fileobj=context,
-                custom_context=True,
-                dockerfile=DOCKERFILE_NAME,
-                buildargs=args,
-                target=build.target,
-                tag=tag,
-                labels=labels,
-                nocache=no_cache,
-                rm=True,
-                forcerm=True,
-                pull=False,
-                decode=True,
+            output.read(
+                client.api.build(
+                    fileobj=context,
+                    custom_context=True,
+                    dockerfile=DOCKERFILE_NAME,
+                    buildargs=args,
+                    target=build.target,
+                    tag=tag,
+                    labels=labels,
+                    nocache=no_cache,
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                    decode=True,
+                )
             )
-            for chunk in stream:
-                if "error" in chunk:
-                    raise ProjectImageError(f"building {build.what}: {str(chunk['error']).strip()}")
-                aux = chunk.get("aux")
-                if isinstance(aux, dict) and aux.get("ID"):
-                    image = str(aux["ID"])
-                text = chunk.get("stream")
-                if text and text.strip():
-                    progress(shown, text.rstrip())
-                    built = _BUILT.search(text)
-                    if built and image is None:
-                        image = built.group(1)
         except docker.errors.APIError as error:
             raise ProjectImageError(
                 f"building {build.what}: {error.explanation or error}"
             ) from None
-    if image is None:
+    if output.error is not None:
+        raise ProjectImageError(f"building {build.what}: {output.error}")
+    if output.image is None:
         raise ProjectImageError(f"building {build.what}: the builder named no image")
-    return image
+    return output.image

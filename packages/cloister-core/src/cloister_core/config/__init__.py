@@ -7,10 +7,12 @@ use), :func:`load_project_config`, :func:`load_decision_file`, and the models in
 
 from __future__ import annotations
 
+import logging
 from importlib.resources import files
 from pathlib import Path
 
-from cloister_core.config.loader import load_model, parse_yaml, validate_document
+from cloister_core.config.legacy import Notice, legacy_notices
+from cloister_core.config.loader import load_model, load_text, parse_yaml, validate_document
 from cloister_core.config.models import (
     CommandPattern,
     CommandRules,
@@ -32,12 +34,14 @@ __all__ = [
     "DecisionFile",
     "GlobalConfig",
     "HostexecConfig",
+    "Notice",
     "ProjectConfig",
     "ProxyConfig",
     "ProxyRules",
     "RuleEntry",
     "default_config_text",
     "ensure_default_config",
+    "legacy_notices",
     "load_decision_file",
     "load_global_config",
     "load_project_config",
@@ -60,11 +64,38 @@ def ensure_default_config(path: Path) -> bool:
     return True
 
 
+_logger = logging.getLogger(__name__)
+# (file, keys) this process has warned about: services reload the file on each change,
+# and the same keys are said once.
+_warned: set[tuple[Path, tuple[str, ...]]] = set()
+
+
 def load_global_config(paths: CloisterPaths, *, create: bool = True) -> GlobalConfig:
-    """Load ``<config>/config.yaml``, writing the commented default first if *create*."""
+    """Load ``<config>/config.yaml``, writing the commented default first if *create*.
+
+    Keys of the Go implementation's file that Cloister sets aside or reads as others are
+    named in one warning (logged once per process): ``cloister config check`` says what
+    Cloister does instead of each, at its line.
+    """
     if create:
         ensure_default_config(paths.config_file)
-    return load_model(paths.config_file, GlobalConfig)
+    path = paths.config_file
+    text = load_text(path)
+    if text is None:
+        return GlobalConfig()
+    document = parse_yaml(text, path)
+    config = validate_document(document, GlobalConfig, path)
+    keys = tuple(notice.message.split(" ", 1)[0] for notice in legacy_notices(document))
+    if keys and (path, keys) not in _warned:
+        _warned.add((path, keys))
+        _logger.warning(
+            "%s: %d key(s) of the Go implementation's format set aside or read as"
+            " Cloister's: %s (`cloister config check` says what Cloister does instead)",
+            path,
+            len(keys),
+            ", ".join(keys),
+        )
+    return config
 
 
 def load_project_config(paths: CloisterPaths, project: str) -> ProjectConfig:

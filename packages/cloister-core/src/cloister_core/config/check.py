@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from cloister_core import credentials
+from cloister_core.config.legacy import legacy_notices
 from cloister_core.config.lint import (
     Finding,
     Location,
@@ -23,7 +25,13 @@ from cloister_core.config.lint import (
     network_findings,
     provider_finding,
 )
-from cloister_core.config.loader import load_text, parse_yaml, position, validate_document
+from cloister_core.config.loader import (
+    key_position,
+    load_text,
+    parse_yaml,
+    position,
+    validate_document,
+)
 from cloister_core.config.models import DecisionFile, GlobalConfig, ProjectConfig, ProxyRules
 from cloister_core.errors import ConfigError, ConfigProblem
 from cloister_core.paths import CloisterPaths
@@ -128,6 +136,16 @@ def check_configuration(
     files.append(config_file)
     if config is not None:
         layers.append((RuleSource("global", config_file.path), config.proxy))
+        # Keys set aside: at the key (a list's first item may be lines below it).
+        warnings += [
+            ConfigWarning(
+                config_file.path,
+                notice.kind,
+                notice.message,
+                *key_position(config_file.document, notice.loc),
+            )
+            for notice in legacy_notices(config_file.document)
+        ]
         warnings += config_file.warnings(
             network_findings(config.proxy, config.guardian.network_pool)
             + domain_findings(config.proxy, ("proxy",), suffixes)
@@ -160,7 +178,7 @@ def check_configuration(
     if config is not None and not any(file.error for file in files):
         policy = build_policy(layers, config.proxy.allowed_ports)
         domain_rules = len(policy)
-        found = provider_finding(policy, ("proxy", "allow"))
+        found = provider_finding(policy, ("proxy", "allow"), credentials.listing(paths))
         if found is not None:
             warnings += config_file.warnings([found])
     order = {file.path: index for index, file in enumerate(files)}

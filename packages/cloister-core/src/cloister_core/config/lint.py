@@ -18,26 +18,35 @@ turns into a file and line. What is flagged, and why:
   there: those are the guardian's networks);
 * no rule at all for the AI providers' APIs, which the default config allows: an
   emptied config, with which an agent that reaches its vendor through the proxy waits
-  for approval on every call.
+  for approval on every call. An agent set up with an API key or a token reaches its
+  vendor through the credential gateway instead, which no proxy rule concerns: only the
+  vendors of the other agents count (all of them while none is set up).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
 from cloister_core.commands import canonical_command
 from cloister_core.config.models import CommandRules, ProxyConfig, ProxyRules
-from cloister_core.credentials import PROVIDERS
+from cloister_core.credentials import PROVIDERS, Method
 from cloister_core.hosts import normalize_pattern
+from cloister_core.patterns import Pattern
 from cloister_core.rules import Policy
 from cloister_core.suffixes import PublicSuffixes
 
 WarningKind = Literal[
-    "public-suffix", "top-level-domain", "approves-anything", "private-network", "no-ai-providers"
+    "public-suffix",
+    "top-level-domain",
+    "approves-anything",
+    "private-network",
+    "no-ai-providers",
+    "ignored-key",
+    "translated-key",
 ]
 Location = tuple[int | str, ...]
 
@@ -64,9 +73,10 @@ _SENSITIVE_ADDRESSES: tuple[tuple[str, str], ...] = (
 )
 
 
-def provider_hosts() -> tuple[str, ...]:
-    """The API host of every agent's vendor (``api.anthropic.com``, …)."""
-    hosts = (urlsplit(provider.default_api_base).hostname for provider in PROVIDERS.values())
+def provider_hosts(agents: Iterable[str] | None = None) -> tuple[str, ...]:
+    """The API host of every agent's vendor (``api.anthropic.com``, …), or of *agents*'."""
+    chosen = PROVIDERS if agents is None else [agent for agent in agents if agent in PROVIDERS]
+    hosts = (urlsplit(PROVIDERS[agent].default_api_base).hostname for agent in chosen)
     return tuple(host for host in hosts if host)
 
 
@@ -113,7 +123,7 @@ def command_findings(rules: CommandRules, prefix: Location) -> list[Finding]:
     """``auto_approve`` patterns that approve a probe command."""
     found = []
     for index, item in enumerate(rules.auto_approve):
-        compiled = re.compile(item.pattern)
+        compiled = Pattern(item.pattern)
         matched = [command for command in _PROBE_COMMANDS if compiled.fullmatch(command)]
         if not matched:
             continue
@@ -203,10 +213,20 @@ def network_findings(proxy: ProxyConfig, network_pool: str | None = None) -> lis
     return found
 
 
-def provider_finding(policy: Policy, loc: Location) -> Finding | None:
-    """A warning when no rule mentions any AI provider's API (the config was emptied)."""
-    hosts = provider_hosts()
-    if any(policy.decide(host, 443).action != "unlisted" for host in hosts):
+def provider_finding(
+    policy: Policy, loc: Location, methods: Mapping[str, Method | None] | None = None
+) -> Finding | None:
+    """A warning when no rule mentions the API of any agent whose calls go through the
+    proxy (the config was emptied). *methods*: each agent's credential method (None:
+    not set up); an agent on the credential gateway (API key, token) needs no rule."""
+    methods = methods or {}
+    if any(method is not None for method in methods.values()):
+        hosts = provider_hosts(
+            agent for agent, method in methods.items() if method == "existing-login"
+        )
+    else:
+        hosts = provider_hosts()
+    if not hosts or any(policy.decide(host, 443).action != "unlisted" for host in hosts):
         return None
     return Finding(
         loc,

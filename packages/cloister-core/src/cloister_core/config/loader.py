@@ -78,6 +78,13 @@ def position(document: Any, loc: tuple[int | str, ...]) -> tuple[int, int]:
     return line + 1, column + 1
 
 
+def key_position(document: Any, loc: tuple[int | str, ...]) -> tuple[int, int]:
+    """The 1-based (line, column) of the key at *loc* in *document* (of its value when the
+    last step is an index)."""
+    line, column = _position(document, loc, key_of_last=True)
+    return line + 1, column + 1
+
+
 def _unwrap(annotation: Any) -> Any:
     """The model class inside ``X | None``, ``tuple[X, ...]``, ``Annotated[X, ...]``."""
     origin = typing.get_origin(annotation)
@@ -122,12 +129,15 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
 
 
 def _problem(error: Any, document: Any, model: type[BaseModel]) -> ConfigProblem:
-    loc: tuple[int | str, ...] = tuple(error["loc"])
+    merged_loc: tuple[int | str, ...] = tuple(error["loc"])
+    # A model that merges parts of its file (DecisionFile) says where an item came from.
+    source_loc = getattr(model, "source_loc", None)
+    loc = source_loc(document, merged_loc) if callable(source_loc) else merged_loc
     kind = error["type"]
     line, column = _position(document, loc, key_of_last=kind == "extra_forbidden")
     if kind == "extra_forbidden":
         key = str(loc[-1])
-        allowed = _allowed_keys(model, loc)
+        allowed = _allowed_keys(model, merged_loc)
         message = f"unknown key {key!r}"
         if _dotted(loc[:-1]) != "(top level)":
             message += f" in {_dotted(loc[:-1])}"

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -27,8 +28,10 @@ from pydantic import (
     model_validator,
 )
 
+from cloister_core.config.legacy import translate
 from cloister_core.errors import InvalidHostError
 from cloister_core.hosts import normalize_host, normalize_pattern, split_host_port
+from cloister_core.patterns import Pattern
 
 UnlistedDomainBehavior = Literal["request_approval", "reject"]
 
@@ -233,7 +236,7 @@ class RuleEntry(Model):
 
 
 class CommandPattern(Model):
-    """A hostexec pattern: a regular expression the whole canonical command must match."""
+    """A hostexec pattern: an RE2 regular expression the whole canonical command must match."""
 
     pattern: str
 
@@ -245,10 +248,7 @@ class CommandPattern(Model):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as error:
-            raise ValueError(f"not a valid regular expression: {value!r} ({error})") from None
+        Pattern(value)  # PatternError, a ValueError, says what RE2 refused
         return value
 
 
@@ -392,6 +392,20 @@ class AgentConfig(Model):
             if not _ENV_NAME.fullmatch(name):
                 raise ValueError(f"not an environment variable name: {name!r}")
         return value
+
+    # Hosts the agent calls on its own (updates, telemetry), refused without asking when
+    # no rule decides them; null: the agent's own list (cloister_core.background).
+    background_hosts: tuple[str, ...] | None = None
+
+    @field_validator("background_hosts")
+    @classmethod
+    def _host_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        try:
+            return tuple(dict.fromkeys(normalize_host(item).name for item in value))
+        except InvalidHostError as error:
+            raise ValueError(f"background_hosts lists host names only: {error}") from None
 
 
 class AgentsConfig(Model):
@@ -583,7 +597,11 @@ class GitConfig(Model):
 
 
 class GlobalConfig(Model):
-    """``<config>/config.yaml``."""
+    """``<config>/config.yaml``.
+
+    Keys of the Go implementation's file are read as Cloister's or set aside
+    (:mod:`cloister_core.config.legacy`) before validation.
+    """
 
     proxy: ProxyConfig = ProxyConfig()
     hostexec: HostexecConfig = HostexecConfig()
@@ -595,6 +613,11 @@ class GlobalConfig(Model):
     protect: ProtectConfig = ProtectConfig()
     git_guardrails: GitGuardrailsConfig = GitGuardrailsConfig()
     git: GitConfig = GitConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_keys(cls, data: object) -> object:
+        return translate(data)[0] if isinstance(data, Mapping) else data
 
 
 class ProjectConfig(Model):
@@ -614,8 +637,46 @@ class DecisionFile(ProxyRules):
     ``decisions/sessions/<cloister>.yaml``.
 
     Written by the approval hub, readable and editable by humans (comments are kept).
-    ``hostexec.auto_approve`` holds the commands a human approved for the project or
-    the session (each the exact command, anchored).
+    The domain lists are under ``proxy:``, as in config.yaml (so an entry can be moved
+    between the files as it is); ``allow``/``deny`` at the top, as earlier versions
+    wrote them, are read too, and both are merged. ``hostexec.auto_approve`` holds the
+    commands a human approved for the project or the session (each the exact command,
+    anchored).
     """
 
     hostexec: CommandRules = CommandRules()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _proxy_section(cls, data: object) -> object:
+        if not isinstance(data, Mapping) or "proxy" not in data:
+            return data
+        proxy = data["proxy"] if data["proxy"] is not None else {}
+        if not isinstance(proxy, Mapping):
+            raise ValueError(f"proxy: expected a mapping with allow and deny, got {proxy!r}")
+        unknown = [str(key) for key in proxy if key not in ("allow", "deny")]
+        if unknown:
+            raise ValueError(
+                f"proxy: a decision file holds only allow and deny there, got {unknown!r}"
+            )
+        merged = {key: value for key, value in data.items() if key != "proxy"}
+        for action in ("allow", "deny"):
+            top, nested = data.get(action), proxy.get(action)
+            if isinstance(top, list) and isinstance(nested, list):
+                merged[action] = [*top, *nested]
+            elif nested is not None:
+                merged[action] = nested
+        return merged
+
+    @staticmethod
+    def source_loc(document: Any, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+        """Where the item at *loc* of the merged lists is written in *document*."""
+        if not (isinstance(document, Mapping) and isinstance(document.get("proxy"), Mapping)):
+            return loc
+        if len(loc) < 2 or loc[0] not in ("allow", "deny") or not isinstance(loc[1], int):
+            return loc
+        top = document.get(loc[0])
+        before = len(top) if isinstance(top, list) else 0
+        if loc[1] < before:
+            return loc
+        return ("proxy", loc[0], loc[1] - before, *loc[2:])

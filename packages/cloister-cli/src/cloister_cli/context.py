@@ -1,0 +1,107 @@
+"""The shared context of a command: paths, and config and clients made when first used.
+
+Every command that takes it makes one before it runs, so this module imports nothing
+heavy: the config models, the docker SDK, the guardian and the hub client are imported
+by the property that makes them (``cloister config check`` never loads the docker SDK,
+``cloister setup --list`` neither).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cloister_cli import listing
+from cloister_cli.workspace import SourceTreeError, source_tree
+from cloister_core import stack
+from cloister_core.paths import CloisterPaths
+
+if TYPE_CHECKING:
+    import docker
+
+    from cloister_cli.guardian import Guardian
+    from cloister_cli.hub_client import HubClient
+    from cloister_core.config.models import GlobalConfig
+    from cloister_executor.gitsync import Syncer
+
+
+@dataclass
+class Context:
+    """Paths, config and clients, made once per command and only when needed."""
+
+    paths: CloisterPaths
+    home: Path = field(default_factory=Path.home)
+
+    @functools.cached_property
+    def config(self) -> GlobalConfig:
+        from cloister_core.config import load_global_config  # noqa: PLC0415 - see the docstring
+
+        return load_global_config(self.paths)
+
+    @functools.cached_property
+    def instance(self) -> stack.Instance:
+        """This user's guardian on the engine, for this data directory."""
+        return stack.Instance.of(self.paths, os.getuid())
+
+    @functools.cached_property
+    def docker(self) -> docker.DockerClient:
+        import docker  # noqa: PLC0415 - see the module docstring
+        import docker.errors  # noqa: PLC0415
+
+        listing.check_engine_socket(listing.docker_host())
+        try:
+            client = docker.from_env()
+            client.ping()
+        except docker.errors.DockerException as error:
+            raise listing.DockerUnavailableError(
+                f"no Docker engine is reachable ({error}); start Docker and try again"
+            ) from None
+        return client
+
+    @functools.cached_property
+    def source(self) -> Path | None:
+        try:
+            return source_tree()
+        except SourceTreeError:
+            return None
+
+    @functools.cached_property
+    def guardian(self) -> Guardian:
+        from cloister_cli.guardian import Guardian  # noqa: PLC0415 - see the module docstring
+
+        return Guardian(self.paths, self.config, self.docker, self.source, self.instance)
+
+    @functools.cached_property
+    def hub(self) -> HubClient:
+        """This machine's approval hub, with its secret."""
+        return self.hub_at(None)
+
+    def hub_at(self, base_url: str | None) -> HubClient:
+        """The approval hub at *base_url* (None: this machine's), with this machine's secret."""
+        from cloister_cli.hub_client import HubClient  # noqa: PLC0415 - see the module docstring
+
+        return HubClient.for_machine(self.paths, self.config.guardian.ui_port, base_url)
+
+    def require_source(self) -> Path:
+        return source_tree()
+
+    @functools.cached_property
+    def syncer(self) -> Syncer:
+        """Brings cloisters' commits back (``cloister sync``, ``stop``)."""
+        from cloister_executor.engine import Engine  # noqa: PLC0415 - see the module docstring
+        from cloister_executor.gitsync import Syncer  # noqa: PLC0415
+
+        return Syncer(
+            self.paths,
+            Engine(os.environ.get("DOCKER_HOST")),
+            fast_forward=self.config.git.fast_forward,
+        )
+
+    def without_writing(self) -> None:
+        """Read the config without writing the default one (``start --dry-run``)."""
+        from cloister_core.config import load_global_config  # noqa: PLC0415 - see the docstring
+
+        self.__dict__["config"] = load_global_config(self.paths, create=False)
