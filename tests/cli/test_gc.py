@@ -17,7 +17,7 @@ from cloister_cli.snapshots import Target, take
 from cloister_core import beneath, stack
 from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
-from cloister_core.sessions import SessionRecord, write_session
+from cloister_core.sessions import SessionRecord, read_session, write_session
 from tests.cli.engine_support import INSTANCE
 from tests.fake_engine import FakeEngine
 from tests.git_support import hermetic_git, make_repo, run_git
@@ -330,3 +330,42 @@ def test_stand_ins_a_killed_stop_left_are_listed_then_removed(tmp_path: Path) ->
     assert all(path.is_dir() for path in made["alive"])
     assert not (tmp_path / "dead" / ".vscode").exists()  # by its stop
     assert gc.survey(context).stand_ins == {}
+
+
+def test_a_stand_in_a_live_cloister_mounts_is_not_collected(tmp_path: Path) -> None:
+    """Two cloisters on one work tree: the stopped one made ``.envrc``, the live one
+    found it and mounts it read-only. Removing it would detach that mount, so gc leaves
+    it, listed, until the live one stops too."""
+    engine = FakeEngine()
+    context = context_for(tmp_path, engine)
+    now = datetime.now(UTC)
+    root = tmp_path / "shared"
+    (root / ".envrc").mkdir(parents=True)
+    write_session(
+        context.paths,
+        SessionRecord(
+            cloister="maker",
+            project="maker",
+            worktree=str(root),
+            started_at=now,
+            stopped_at=now,
+            placeholders=(str(root / ".envrc"),),
+        ),
+    )
+    write_session(
+        context.paths,
+        SessionRecord(
+            cloister="mounter",
+            project="mounter",
+            worktree=str(root),
+            started_at=now,
+            protected=(".envrc",),
+        ),
+    )
+    run_cloister(engine, "mounter", root)
+    assert gc.survey(context).stand_ins == {}
+    gc.collect(context, gc.survey(context))
+    assert (root / ".envrc").is_dir()
+    maker = read_session(context.paths, "maker")
+    assert maker is not None
+    assert maker.placeholders == (str(root / ".envrc"),)  # still listed, for later

@@ -256,6 +256,27 @@ def test_release_without_a_record_still_removes_the_placeholders(
     assert not (repo / ".envrc").exists()
 
 
+def test_a_stand_in_another_cloister_mounts_outlives_the_stop_of_its_maker(
+    paths: CloisterPaths, repo: Path, home: Path
+) -> None:
+    # `start` and `start -p other` in one directory: the second finds the first one's
+    # stand-in and mounts it read-only. Removing it at the first one's stop would take
+    # the second one's read-only mount away (the kernel detaches it), so it stays, listed,
+    # until no open cloister keeps it.
+    maker = sessions.prepare(paths, shared(repo), "api", home=home, protect=(".envrc",)).session
+    other = sessions.prepare(paths, shared(repo), "web", home=home, protect=(".envrc",)).session
+    assert maker.placeholders == (str(repo / ".envrc"),)
+    assert (other.placeholders, other.protected) == ((), (".envrc",))
+    stopped = sessions.release(paths, maker)
+    assert (repo / ".envrc").is_dir()
+    assert stopped.placeholders == (str(repo / ".envrc"),)
+    sessions.release(paths, other)
+    assert (repo / ".envrc").is_dir()  # the other never made it: not its to remove
+    swept = sessions.forget_placeholders(paths, stopped)  # the next start, stop or gc
+    assert not (repo / ".envrc").exists()
+    assert swept.placeholders == ()
+
+
 # -- find -----------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from cloister_core.config import (
     load_project_config,
 )
 from cloister_core.config.loader import load_model, parse_yaml
+from cloister_core.errors import ConfigError
 from cloister_core.paths import CloisterPaths
 from cloister_core.policy import load_project_policy
 
@@ -223,3 +224,15 @@ def test_loading_names_each_key_once(tmp_path: Path, caplog: pytest.LogCaptureFi
     )
     assert message.endswith("(`cloister config check` says what Cloister does instead)")
     assert load_project_config(paths, "my-api") == ProjectConfig()
+
+
+def test_a_string_misplaced_under_agents_is_not_echoed(tmp_path: Path) -> None:
+    """A key pasted where a mapping belongs (``agents.claude: sk-…``) is an error that
+    names where, never the value."""
+    path = tmp_path / "config.yaml"
+    path.write_text("agents:\n  claude: sk-ant-api03-not-for-the-terminal\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_model(path, GlobalConfig)
+    assert "not-for-the-terminal" not in str(raised.value)
+    assert "agents.claude" in str(raised.value)
+    assert "got a string of 33 characters" in str(raised.value)

@@ -86,10 +86,18 @@ def head(*fields: tuple[str, str]) -> Headers:
     return Headers(tuple(fields))
 
 
+# The gateway asks for an uncompressed answer itself (it masks the key in answers).
+ASKED_BY_THE_GATEWAY = ("accept-encoding",)
+
+
+def kept_of(agent: str) -> list[tuple[str, str]]:
+    return [(name, value) for name, value in SENT[agent] if name not in ASKED_BY_THE_GATEWAY]
+
+
 @pytest.mark.parametrize("agent", ["claude", "codex", "gemini"])
 def test_what_each_cli_sends_is_forwarded_as_sent(agent: str) -> None:
     kept, dropped = forwarded(agent, head(*GATEWAYS_OWN, KEY[agent], *SENT[agent]))
-    assert kept == SENT[agent]
+    assert kept == kept_of(agent)
     assert dropped == ()  # nothing of what the CLI sends is news in the audit line
 
 
@@ -98,8 +106,9 @@ def test_organisation_project_cookie_forwarded_for_and_other_auth_are_dropped(
     agent: str,
 ) -> None:
     kept, dropped = forwarded(agent, head(KEY[agent], *SENT[agent], *HOSTILE))
-    assert kept == SENT[agent]
-    assert dropped == tuple(name.lower() for name, _ in HOSTILE if name != "Proxy-Authorization")
+    assert kept == kept_of(agent)
+    hostile = tuple(name.lower() for name, _ in HOSTILE if name != "Proxy-Authorization")
+    assert dropped == hostile
 
 
 def test_another_vendors_key_header_is_dropped_and_reported() -> None:

@@ -68,6 +68,7 @@ def test_claude_api_key_is_swapped_for_the_real_one() -> None:
         ("Host", "fake-api:8080"),
         ("anthropic-version", "2023-06-01"),
         ("Content-Length", "2"),
+        ("Accept-Encoding", "identity"),
         ("x-api-key", REAL),
     ]
     assert TOKEN.encode() not in forward.head
@@ -359,7 +360,7 @@ def test_the_agent_cannot_choose_the_organisation_or_project(
     assert isinstance(forward, Forward)
     names = [name.lower() for name, _ in sent_head(forward)[1]]
     expected = forward.provider.upstream_headers("api-key", REAL)[0][0]
-    assert names == ["host", "user-agent", "content-length", expected]
+    assert names == ["host", "user-agent", "content-length", "accept-encoding", expected]
     assert list(forward.dropped) == [line.split(":", 1)[0].lower() for line in extra]
     assert b"org-b" not in forward.head
     assert b"sk-other" not in forward.head

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -614,5 +616,45 @@ def test_the_key_a_vendor_echoes_never_reaches_the_agent(gateway: GatewayHarness
         assert response.headers["x-debug-key"] == masked
         (exchange,) = upstream.received
         assert dict(exchange.headers)["x-api-key"] == REAL_KEY  # it was sent, and only there
+    finally:
+        upstream.close()
+
+
+def gzip_if_asked(exchange: HttpExchange) -> tuple[int, list[tuple[str, str]], list[bytes]]:
+    """A vendor that echoes the key, compressed when the request accepts gzip."""
+    headers = {name.lower(): value for name, value in exchange.headers}
+    body = b'{"error": {"message": "invalid x-api-key: ' + headers["x-api-key"].encode() + b'"}}'
+    if "gzip" in headers.get("accept-encoding", ""):
+        return 401, [("Content-Encoding", "gzip")], [gzip.compress(body)]
+    return 401, [], [body]
+
+
+def always_gzip(exchange: HttpExchange) -> tuple[int, list[tuple[str, str]], list[bytes]]:
+    """A vendor that compresses whatever it was asked."""
+    key = dict(exchange.headers)["x-api-key"].encode()
+    return 401, [("Content-Encoding", "gzip")], [gzip.compress(b"invalid key " + key)]
+
+
+@pytest.mark.parametrize("respond", [gzip_if_asked, always_gzip])
+def test_an_answer_in_gzip_cannot_carry_the_key_past_the_mask(
+    gateway: GatewayHarness, respond: Callable[[HttpExchange], Any]
+) -> None:
+    upstream = HttpUpstream(respond)
+    try:
+        gateway.configure(f"http://127.0.0.1:{upstream.port}")
+        gateway.store()
+        record = gateway.add_token()
+        gateway.start()
+        response = messages(gateway, record.secret, **{"accept-encoding": "gzip, br"})
+        assert REAL_KEY not in response.text  # httpx decodes gzip as the agent's SDK would
+        (exchange,) = upstream.received
+        sent = [value for name, value in exchange.headers if name.lower() == "accept-encoding"]
+        assert sent == ["identity"]  # the gateway's own, never the agent's
+        if respond is always_gzip:
+            assert response.status_code == 502
+            assert "identity" in response.text
+        else:
+            assert response.status_code == 401
+            assert "*" * len(REAL_KEY) in response.text
     finally:
         upstream.close()

@@ -228,35 +228,34 @@ def stop(context: Context, name: str) -> StopOutcome:
     )
 
 
-def _finished_placeholders(context: Context) -> dict[str, list[Path]]:
-    """What the records of stopped cloisters still list as made, by cloister; never what
-    a cloister with a container lists, nor a session still open: that is a start under
-    way (its container not made yet) or a dead cloister, which its own ``stop`` (or
-    ``gc``'s, or the next ``start``'s) finishes, review included."""
+def _finished_placeholders(context: Context) -> tuple[dict[str, list[Path]], set[str]]:
+    """What the records of stopped cloisters still list as made, by cloister, less what
+    a live cloister keeps read-only (returned too): a cloister with a container, or a
+    session still open (a start under way, or a dead cloister, which its own ``stop`` or
+    ``gc``'s, or the next ``start``'s, finishes, review included). A live cloister may
+    share the work tree and mount a stand-in another one made."""
     records = list_sessions(context.paths)
     if not any(record.placeholders and not record.running for record in records):
-        return {}  # the engine is not asked: nothing to find
+        return {}, set()  # the engine is not asked: nothing to find
     live = {info.name for info in listing.list_cloisters(context.docker, context.instance)}
-    in_use = {
-        path
-        for record in records
-        if record.running or record.cloister in live
-        for path in record.placeholders
-    }
-    return {
+    live |= {record.cloister for record in records if record.running}
+    in_use = sessions.kept_read_only(records, live)
+    finished = {
         record.cloister: [Path(path) for path in record.placeholders if path not in in_use]
         for record in records
-        if record.placeholders and not record.running and record.cloister not in live
+        if record.placeholders and record.cloister not in live
     }
+    return finished, in_use
 
 
 def left_stand_ins(context: Context) -> dict[str, list[Path]]:
     """The stand-ins (:mod:`cloister_cli.gitmounts`) that stopped cloisters left in
     their work trees, by cloister: a stop killed after it recorded the end. Only what a
     session record lists as made, and only what is still there."""
+    finished, _ = _finished_placeholders(context)
     found = {
         name: [path for path in paths if path.exists() or path.is_symlink()]
-        for name, paths in _finished_placeholders(context).items()
+        for name, paths in finished.items()
     }
     return {name: paths for name, paths in found.items() if paths}
 
@@ -264,15 +263,16 @@ def left_stand_ins(context: Context) -> dict[str, list[Path]]:
 def remove_stand_ins(context: Context) -> list[Path]:
     """Remove what :func:`left_stand_ins` finds, if still empty, and forget all that the
     stopped cloisters' records list (one that is not empty is the human's now, and so is
-    what is made again later under such a name); the stand-ins removed."""
+    what is made again later under such a name) but what a live cloister keeps
+    read-only; the stand-ins removed."""
     removed: list[Path] = []
-    for name, paths in _finished_placeholders(context).items():
+    finished, in_use = _finished_placeholders(context)
+    for name, paths in finished.items():
         session = read_session(context.paths, name)
         if session is None or session.running:
             continue  # started again meanwhile
-        kept = session.model_copy(update={"placeholders": tuple(str(path) for path in paths)})
         before = {path for path in paths if path.exists()}
-        sessions.forget_placeholders(context.paths, kept)
+        sessions.forget_placeholders(context.paths, session, in_use)
         removed.extend(path for path in before if not path.exists())
     return gitmounts.stand_ins(removed)
 

@@ -170,10 +170,36 @@ def release(paths: CloisterPaths, session: SessionRecord) -> SessionRecord:
     return forget_placeholders(paths, stopped or session)
 
 
-def forget_placeholders(paths: CloisterPaths, session: SessionRecord) -> SessionRecord:
-    """Remove *session*'s placeholders that are still empty, and drop them from its record."""
+def kept_read_only(records: Sequence[SessionRecord], live: set[str]) -> set[str]:
+    """The work-tree paths the cloisters named in *live* keep read-only: those they made
+    and those they found and mount. Two cloisters may share a work tree (``start`` and
+    ``start -p other`` in one directory): removing a stand-in the other one mounts would
+    take its read-only mount away with it (the kernel detaches it)."""
+    return {
+        path
+        for record in records
+        if record.cloister in live
+        for path in (
+            *record.placeholders,
+            *(str(Path(record.worktree) / relative) for relative in record.protected),
+        )
+    }
+
+
+def forget_placeholders(
+    paths: CloisterPaths, session: SessionRecord, in_use: set[str] | None = None
+) -> SessionRecord:
+    """Remove *session*'s placeholders that are still empty, and drop them from its
+    record, but those another cloister keeps read-only (*in_use*; by default what the
+    other open sessions list): they stay listed, for a later start, stop or gc."""
+    if in_use is None:
+        records = list_sessions(paths)
+        others = {r.cloister for r in records if r.running and r.cloister != session.cloister}
+        in_use = kept_read_only(records, others)
+    shared = tuple(path for path in session.placeholders if path in in_use)
     gitmounts.remove_placeholders(
-        (Path(path) for path in session.placeholders), Path(session.worktree)
+        (Path(path) for path in session.placeholders if path not in in_use),
+        Path(session.worktree),
     )
     if not session.placeholders:
         return session
@@ -181,7 +207,7 @@ def forget_placeholders(paths: CloisterPaths, session: SessionRecord) -> Session
         paths,
         session.cloister,
         lambda record: (
-            record.model_copy(update={"placeholders": ()})
+            record.model_copy(update={"placeholders": shared})
             if record.started_at == session.started_at
             else record
         ),  # a new start's record by now: its placeholders are in use

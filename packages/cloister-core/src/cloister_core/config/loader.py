@@ -150,7 +150,12 @@ def _problem(error: Any, document: Any, model: type[BaseModel]) -> ConfigProblem
         text = str(error["msg"]).removeprefix("Value error, ")
         message = f"{_dotted(loc)}: {text}"
         if kind not in ("missing", "value_error") and "input" in error:
-            message += f" (got {error['input']!r})"
+            given = error["input"]
+            if loc[:1] == ("agents",) and isinstance(given, str):
+                # under agents, a misplaced string may be a key someone pasted: not echoed
+                message += f" (got a string of {len(given)} characters)"
+            else:
+                message += f" (got {given!r})"
     return ConfigProblem(message, line + 1, column + 1)
 
 

@@ -8,9 +8,9 @@ because the key acts for whoever is named there: the organisation, project and
 workspace selectors (``anthropic-organization``, ``anthropic-workspace-id``,
 ``OpenAI-Organization``, ``OpenAI-Project``, ``chatgpt-account-id``,
 ``x-goog-user-project``), cookies, ``Forwarded`` and ``X-Forwarded-*``, and every
-credential header but the one the gateway writes. Host, the framing headers and the
-credential are the gateway's own (:func:`~cloister_proxy.credentials.plan.plan`), and
-it answers ``Expect: 100-continue`` itself.
+credential header but the one the gateway writes. Host, the framing headers,
+``Accept-Encoding: identity`` and the credential are the gateway's own
+(:func:`~cloister_proxy.credentials.plan.plan`), and it answers ``Expect: 100-continue`` itself.
 :func:`forwarded` is sans I/O: the head's fields in, those to send and the names
 dropped out.
 """
@@ -20,8 +20,10 @@ from __future__ import annotations
 from cloister_core.credentials import PROVIDERS
 from cloister_proxy.http1 import FRAMING_FIELDS, HOP_BY_HOP, Headers
 
-# Sent by all three (representation and content negotiation); names are lower case.
-_COMMON = frozenset({"accept", "accept-encoding", "content-encoding", "content-type", "user-agent"})
+# Sent by all three (representation and content negotiation); names are lower case. Not
+# Accept-Encoding: the gateway asks for an uncompressed answer itself, because it masks
+# the key in what the vendor says, and could not inside gzip.
+_COMMON = frozenset({"accept", "content-encoding", "content-type", "user-agent"})
 _STAINLESS = frozenset(  # the Anthropic SDK's description of itself
     {
         "x-stainless-arch",
@@ -81,7 +83,7 @@ FORWARDED: dict[str, frozenset[str]] = {
 
 # What the gateway writes in their place, or what never crosses a hop: dropped, and
 # not worth a word in the audit line.
-_REPLACED = frozenset({"host", "expect"}) | FRAMING_FIELDS | HOP_BY_HOP
+_REPLACED = frozenset({"host", "expect", "accept-encoding"}) | FRAMING_FIELDS | HOP_BY_HOP
 
 
 def forwarded(agent: str, headers: Headers) -> tuple[list[tuple[str, str]], tuple[str, ...]]:

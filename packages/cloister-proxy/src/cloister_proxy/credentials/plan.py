@@ -177,6 +177,7 @@ def plan(
         ("Host", upstream.authority),
         *kept,
         *_framing(head),  # as parsed here, whatever spelling the client used
+        ("Accept-Encoding", "identity"),  # the key is masked in the answer: not in gzip
         *provider.upstream_headers(credential.method, secret),
     ]
     request = render_head(f"{head.method} {upstream.base_path}{rest}{query} HTTP/1.1", fields)

@@ -406,6 +406,13 @@ class CredentialGateway:
                 pending += data
             response = parse_response_head(bytes(pending[:end]), head.method)
             del pending[:end]
+            encoding = (response.headers.get("content-encoding") or "identity").strip().lower()
+            if encoding != "identity":
+                # Asked for identity: a compressed answer could carry the key unmasked.
+                raise UpstreamRefusedError(
+                    f"the upstream answered {encoding!r}-encoded, though asked for identity"
+                    " (the gateway masks the key in answers, which it cannot in a compressed one)"
+                )
             close = response.status >= 200 and not (response.keep_alive and head.keep_alive)
             writer.write(scrubber.scrub(render_forward_response(response, close=close)))
             if response.status >= 200:
