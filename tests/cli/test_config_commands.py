@@ -298,11 +298,11 @@ def test_the_go_implementations_files_load(env: dict[str, str]) -> None:
     assert re.search(r"config\.yaml:\d+:3: warning: proxy\.listen is not used by Cloister", output)
     assert "agents.{claude,codex,gemini}.command is not used by Cloister" in output
     assert "is read as devcontainer.trusted_features" in output
-    summary = "25 domain rules, configuration is valid (17 warnings; --strict makes them errors)"
+    summary = "25 domain rules, configuration is valid (16 warnings; --strict makes them errors)"
     assert summary in output
     code, output = run(env, "config", "check", "--strict")
     assert code == 1
-    assert "17 warnings, which --strict makes errors" in output
+    assert "16 warnings, which --strict makes errors" in output
     code, output = run(env, "config", "show", "--json")
     assert code == 0, output
     document = json.loads(output[output.index("{") :])

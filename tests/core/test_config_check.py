@@ -289,4 +289,4 @@ def test_the_go_implementations_first_run_file_checks_with_warnings(
         key = warning.message.split(" ", 1)[0].rsplit(".", 1)[-1]
         assert warning.line is not None
         assert lines[warning.line - 1].lstrip().startswith(f"{key}:"), warning.render()
-    assert len(report.warnings) == len({warning.message for warning in report.warnings}) == 14
+    assert len(report.warnings) == len({warning.message for warning in report.warnings}) == 13

@@ -36,7 +36,6 @@ FIRST_RUN_KEYS = {
     "agents.{claude,codex,gemini}.command",
     "agents.{claude,codex,gemini}.env",
     "defaults.user",
-    "log.file",
     "log.stdout",
     "log.level",
     "log.per_cloister",
@@ -217,10 +216,10 @@ def test_loading_names_each_key_once(tmp_path: Path, caplog: pytest.LogCaptureFi
         load_global_config(paths)  # a service reloading the file
     [message] = [record.getMessage() for record in caplog.records]
     assert message.startswith(
-        f"{paths.config_file}: 14 key(s) of the Go implementation's format set aside or read"
+        f"{paths.config_file}: 13 key(s) of the Go implementation's format set aside or read"
         " as Cloister's: proxy.listen, proxy.rate_limit, proxy.max_request_bytes,"
         " request.listen, request.timeout, hostexec.listen, agents.{claude,codex,gemini}"
-        ".command, agents.{claude,codex,gemini}.env, defaults.user, log.file,"
+        ".command, agents.{claude,codex,gemini}.env, defaults.user, log.stdout,"
     )
     assert message.endswith("(`cloister config check` says what Cloister does instead)")
     assert load_project_config(paths, "my-api") == ProjectConfig()
@@ -236,3 +235,9 @@ def test_a_string_misplaced_under_agents_is_not_echoed(tmp_path: Path) -> None:
     assert "not-for-the-terminal" not in str(raised.value)
     assert "agents.claude" in str(raised.value)
     assert "got a string of 33 characters" in str(raised.value)
+
+
+def test_log_file_is_read_as_the_place_of_a_link_to_the_audit_log(tmp_path: Path) -> None:
+    paths = installed(tmp_path, "first-run.yaml")
+    assert load_global_config(paths).log.file == "~/.local/state/cloister/audit.log"
+    assert "log.file" not in named_keys("first-run.yaml")

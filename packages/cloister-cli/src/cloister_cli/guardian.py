@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
 import os
 import pwd
 import re
@@ -79,6 +80,9 @@ def started_at(attrs: dict[str, Any]) -> float:
     zone = "+00:00" if found.group(3) == "Z" else found.group(3)
     moment = datetime.fromisoformat(found.group(1) + fraction + zone)
     return max(moment.timestamp(), 0.0)
+
+
+_logger = logging.getLogger(__name__)
 
 
 class GuardianError(CloisterError):
@@ -195,6 +199,10 @@ class Guardian:
         sessions_dir(self.hub_secret_file).mkdir(mode=0o755, exist_ok=True)
         # A bind mount of a missing file would create a directory in its place.
         self.paths.audit_log.touch(mode=0o600, exist_ok=True)
+        if self.config.log.file is not None:
+            problem = link_audit_log(self.paths.audit_log, Path(self.config.log.file))
+            if problem is not None:
+                _logger.warning("%s", problem)
         # The cloisters' own logs: every service appends there (cloister_core.audit).
         self.paths.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -506,6 +514,30 @@ class Guardian:
         """``docker compose logs`` straight to the terminal."""
         args = ["logs", *(["--follow"] if follow else []), *(["--tail", str(tail)] if tail else [])]
         return self._compose(*args, capture=False).returncode
+
+
+def link_audit_log(audit_log: Path, wanted: Path) -> str | None:
+    """A link at *wanted* (``log.file``) to *audit_log*; what stands in the way, if any.
+
+    Never replaces a file or another link found there: the Go implementation's own log
+    may be at that path, and it is the human's.
+    """
+    wanted = wanted.expanduser()
+    if not wanted.is_absolute():
+        return f"log.file {str(wanted)!r} is not an absolute path (nor ~/…): no link made"
+    if wanted.is_symlink() and wanted.readlink() == audit_log:
+        return None
+    if wanted.exists() or wanted.is_symlink():
+        return (
+            f"log.file {str(wanted)!r}: something is there already (kept), so no link to"
+            f" the audit log {str(audit_log)!r} was made; move it away to get one"
+        )
+    try:
+        wanted.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        wanted.symlink_to(audit_log)
+    except OSError as error:
+        return f"log.file {str(wanted)!r}: cannot link the audit log there: {error.strerror}"
+    return None
 
 
 def port_taken(

@@ -39,8 +39,6 @@ _IGNORED: dict[tuple[str, str], str] = {
     ("request", "listen"): "the hostexec gateway listens inside the guardian stack, on each"
     " cloister's own network: there is no address to set",
     ("request", "timeout"): "a hostexec command waits 5 minutes for your approval",
-    ("log", "file"): "the audit log is audit.log in Cloister's data directory"
-    " (`cloister config path` shows it, `cloister logs` reads it)",
     ("log", "stdout"): "the services write their own messages to their containers' output"
     " (`cloister guardian logs`)",
     ("log", "level"): "the services write their own messages to their containers' output"
@@ -66,6 +64,8 @@ _SECTIONS = {
     "request": "hostexec requests are served by the gateway inside the guardian stack",
     "log": "the audit log is audit.log in Cloister's data directory (`cloister logs`)",
 }
+# Keys under those sections that Cloister reads after all.
+_KEPT = {("log", "file")}  # a link to the audit log, made there
 _AGENT_ENV_LIST = (
     "no host variable is passed to an agent: its credential comes from `cloister setup"
     " {agent}`; a fixed value is written as a mapping (`env: {{NAME: value}}`)"
@@ -161,11 +161,17 @@ def translate(document: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[Notice
         if section not in document:
             continue
         del result[section]
-        keys = list(value) if isinstance(value, Mapping) and value else []
+        mapping: Mapping[str, Any] = value if isinstance(value, Mapping) else {}
+        keys = list(mapping)
         if not keys:
             notices.append(_ignored((section,), why))
+        kept = {str(key): mapping[key] for key in keys if (section, str(key)) in _KEPT}
+        if kept:
+            result[section] = kept
         for key in keys:
-            notices.append(_ignored((section, str(key)), _IGNORED.get((section, str(key)), why)))
+            if (section, str(key)) not in _KEPT:
+                reason = _IGNORED.get((section, str(key)), why)
+                notices.append(_ignored((section, str(key)), reason))
     for section in ("proxy", "hostexec", "defaults", "devcontainer"):
         value = document.get(section)
         if not isinstance(value, Mapping):

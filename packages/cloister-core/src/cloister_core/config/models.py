@@ -553,6 +553,23 @@ class ProjectGitGuardrailsConfig(Model):
         )
 
 
+class LogConfig(Model):
+    """``log:``: where else the human reads the audit log."""
+
+    # A link made there (``~`` is the home) to the audit log, audit.log in the data
+    # directory, at ``cloister guardian start``: the Go implementation's ``log.file``,
+    # so a ``tail -f`` of that path keeps working. The services still write in the data
+    # directory only (no other host directory is mounted into them).
+    file: str | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _a_path(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\x00" in value):
+            raise ValueError(f"log.file must be a file path, got {value!r}")
+        return value
+
+
 class SnapshotsConfig(Model):
     """``snapshots:``: what ``cloister start`` keeps of a repository for ``cloister restore``."""
 
@@ -610,6 +627,7 @@ class GlobalConfig(Model):
     agents: AgentsConfig = AgentsConfig()
     devcontainer: DevcontainerConfig = DevcontainerConfig()
     snapshots: SnapshotsConfig = SnapshotsConfig()
+    log: LogConfig = LogConfig()
     protect: ProtectConfig = ProtectConfig()
     git_guardrails: GitGuardrailsConfig = GitGuardrailsConfig()
     git: GitConfig = GitConfig()
