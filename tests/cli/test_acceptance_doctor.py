@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 import pytest
 
+from cloister_core import stack
 from tests.cli.cli_support import (
     CloisterCli,
     Result,
@@ -270,8 +271,8 @@ def as_root(client: docker.DockerClient, name: str, script: str, **environment: 
 
 def no_sidecars(client: docker.DockerClient, cloister: str) -> bool:
     """No probe sidecar of *cloister* is left."""
-    found = client.containers.list(all=True, filters={"label": "org.cloister.doctor"})
-    return not [each for each in found if each.labels["org.cloister.doctor"] == container(cloister)]
+    found = client.containers.list(all=True, filters={"label": stack.LABEL_DOCTOR})
+    return not [each for each in found if each.labels[stack.LABEL_DOCTOR] == container(cloister)]
 
 
 def test_a_hub_published_on_every_address_is_reported(

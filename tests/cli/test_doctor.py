@@ -150,7 +150,7 @@ def test_the_sidecar_shares_only_the_network_and_holds_nothing(
     assert config["user"] == "65534:65534"
     assert config["image"] == "cloister-slim:latest"
     assert config["entrypoint"][:3] == ["/usr/bin/env", "-i", "PATH=/usr/bin:/bin"]
-    assert config["labels"][doctor.LABEL_DOCTOR] == "cloister-x-my-api"
+    assert config["labels"][stack.LABEL_DOCTOR] == "cloister-x-my-api"
     assert config["labels"][stack.LABEL_INSTANCE] == instance.id
 
 

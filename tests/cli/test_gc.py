@@ -291,6 +291,31 @@ def test_sync_containers_a_killed_sync_left_are_removed(tmp_path: Path) -> None:
         assert INSTANCE.label_filter in listing["filters"]["label"]
 
 
+def test_probe_containers_a_killed_doctor_left_are_removed(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    context = context_for(tmp_path, engine)
+    labels = {**INSTANCE.labels, stack.LABEL_DOCTOR: "cloister-x-api"}
+    now = datetime.now(UTC)
+    for name, status, created in (
+        ("probe-exited", "exited", now),
+        ("probe-probing", "running", now),  # a doctor at work
+        ("probe-abandoned", "running", now - timedelta(minutes=10)),
+    ):
+        engine.add_container(
+            name, labels, status=status, created=created.isoformat().replace("+00:00", "Z")
+        )
+    engine.add_container(  # another instance's: never this gc's
+        "probe-of-another", {stack.LABEL_DOCTOR: "cloister-y-api"}, status="exited"
+    )
+    found = gc.survey(context)
+    assert found.probes == ["probe-exited", "probe-abandoned"]
+    assert not found.empty
+    done = gc.collect(context, found)
+    assert done.probes == 2
+    assert sorted(engine.containers.by_name) == ["probe-of-another", "probe-probing"]
+    assert gc.collect(context, found).probes == 0  # gone meanwhile: nothing counted
+
+
 def test_stand_ins_a_killed_stop_left_are_listed_then_removed(tmp_path: Path) -> None:
     """Those of a stopped session (a stop killed after it recorded the end), if still
     empty; never a running cloister's. An open session's are its stop's to remove (gc

@@ -75,7 +75,6 @@ PROBE_OUTPUT_LIMIT = 64 * 1024  # bytes: the probe writes a few KiB; more is not
 EVIDENCE_LIMIT = 500  # characters of one check's evidence
 PROBE_IMAGE = SLIM_AGENT_IMAGE.tag  # built by Cloister; no cloister writes it
 PROBE_USER = "65534:65534"  # nobody: the probe needs no privilege
-LABEL_DOCTOR = "org.cloister.doctor"  # a probe's sidecar: the cloister it probes
 RESOLVER = "127.0.0.11"  # the engine's DNS server in every user-defined network
 ENGINES_FILE = "engines.json"  # under <data>: the engines whose start check passed
 
@@ -414,7 +413,7 @@ def sidecar_config(
         "command": ["-e", probe_source()],
         "user": PROBE_USER,
         "stdin_open": True,
-        "labels": {**instance.labels, LABEL_DOCTOR: container.name or str(container.id)},
+        "labels": {**instance.labels, stack.LABEL_DOCTOR: container.name or str(container.id)},
         "host_config": host_config,
     }
 

@@ -10,7 +10,8 @@ them:
 * a *dead cloister* (a token file, an unfinished session record or a git directory of
   its own, with no container) is stopped as ``cloister stop`` would
   (:func:`cloister_cli.lifecycle.stop`: its commits synced, review included);
-* a *sync container* that a killed ``cloister sync`` left is removed;
+* a *sync container* that a killed ``cloister sync`` left is removed, and so is a
+  probe's sidecar a killed ``cloister doctor`` left;
 * *expired snapshots* are removed by the ``snapshots:`` rules, with pool files no kept
   snapshot needs, and scratch directories of snapshots that were interrupted;
 * a *stale port forwarder* (``cloister port``) whose cloister is gone is removed: the
@@ -37,6 +38,7 @@ import docker.errors
 
 from cloister_cli import cloisters, git, gitdirs, gitmounts, lifecycle, listing, networks, ports
 from cloister_cli.context import Context
+from cloister_cli.doctor import PROBE_TIMEOUT
 from cloister_cli.lifecycle import StopOutcome
 from cloister_cli.snapshots.pool import prune
 from cloister_cli.snapshots.take import expire_project, holding_pool
@@ -77,6 +79,7 @@ class Survey:
     orphans: list[Orphan] = field(default_factory=list)
     stale_ports: list[str] = field(default_factory=list)  # forwarders of gone cloisters
     syncs: list[str] = field(default_factory=list)  # export containers left behind
+    probes: list[str] = field(default_factory=list)  # `cloister doctor` sidecars left behind
     stale_networks: list[str] = field(default_factory=list)  # networks of gone cloisters
     # Stand-ins stopped cloisters left in their work trees, by cloister.
     stand_ins: dict[str, list[Path]] = field(default_factory=dict)
@@ -90,6 +93,7 @@ class Survey:
             or self.orphans
             or self.stale_ports
             or self.syncs
+            or self.probes
             or self.stale_networks
             or self.stand_ins
         )
@@ -104,6 +108,7 @@ class Collected:
     worktrees: list[Path] = field(default_factory=list)
     forwarders: list[str] = field(default_factory=list)
     syncs: int = 0
+    probes: int = 0
     networks: list[str] = field(default_factory=list)
     stand_ins: list[Path] = field(default_factory=list)
 
@@ -219,6 +224,7 @@ def survey(context: Context, *, now: datetime | None = None) -> Survey:
             if forward.status == "stale"
         ],
         syncs=_finished_syncs(context, now),
+        probes=_left_probes(context, now),
         stale_networks=_stale_networks(context, now),
         stand_ins={
             name: gitmounts.stand_ins(paths)
@@ -259,6 +265,19 @@ def _finished_syncs(context: Context, now: datetime) -> list[str]:
     return found
 
 
+def _left_probes(context: Context, now: datetime) -> list[str]:
+    """`cloister doctor` sidecars that are not running, or run longer than a probe may:
+    a doctor killed before it removed its own."""
+    found = []
+    for container in context.docker.containers.list(
+        all=True, filters={"label": [context.instance.label_filter, stack.LABEL_DOCTOR]}
+    ):
+        age = _age(str(container.attrs.get("Created", "")), now)
+        if container.status != "running" or age > PROBE_TIMEOUT + SCRATCH_MARGIN_SECONDS:
+            found.append(container.name or container.short_id)
+    return found
+
+
 def collect(
     context: Context,
     found: Survey,
@@ -284,6 +303,10 @@ def collect(
         with contextlib.suppress(docker.errors.NotFound):
             context.docker.containers.get(name).remove(force=True)
             done.syncs += 1
+    for name in found.probes:
+        with contextlib.suppress(docker.errors.NotFound):
+            context.docker.containers.get(name).remove(force=True)
+            done.probes += 1
     settings = context.config.snapshots
     for project in sorted(path.name for path in context.paths.snapshots_dir.glob("*/")):
         done.snapshots += len(expire_project(context.paths, project, settings))

@@ -67,6 +67,9 @@ LABEL_GIT_COMMON_DIR = "org.cloister.git-common-dir"
 GIT_IMAGE = "cloister-git:latest"
 LABEL_SYNC = "org.cloister.sync"
 
+# `cloister doctor`: its probe's sidecar container, the label naming the cloister probed.
+LABEL_DOCTOR = "org.cloister.doctor"
+
 # `cloister port`: a forwarder container per (cloister, port), on the cloister's network
 # and the ports network, publishing FORWARDER_PORT on the host's 127.0.0.1 (a forwarder is
 # not a cloister: it never carries LABEL_CLOISTER).

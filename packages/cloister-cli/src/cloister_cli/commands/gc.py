@@ -28,6 +28,7 @@ def _survey_json(found: Survey) -> dict[str, Any]:
         ],
         "stale_port_forwarders": found.stale_ports,
         "sync_containers": found.syncs,
+        "probe_containers": found.probes,
         "stale_networks": found.stale_networks,
         "stand_ins": {
             name: [str(path) for path in paths] for name, paths in found.stand_ins.items()
@@ -46,6 +47,8 @@ def _print_survey(found: Survey) -> None:
         click.echo(f"orphan worktree {printable(str(orphan.path))}: {printable(orphan.reason)}")
     for name in found.syncs:
         click.echo(f"a sync container a killed `cloister sync` left: {printable(name)}")
+    for name in found.probes:
+        click.echo(f"a probe container a killed `cloister doctor` left: {printable(name)}")
     for name in found.stale_ports:
         click.echo(f"port forwarder {name}: its cloister is gone")
     for name in found.stale_networks:
@@ -82,8 +85,13 @@ def _print_collected(done: Collected) -> None:
         click.echo(f"removed orphan worktree {printable(str(path))}")
     for name in done.forwarders:
         click.echo(f"removed port forwarder {name} (its cloister is gone)")
-    if done.syncs:
-        click.echo(f"removed {done.syncs} sync container(s) left behind")
+    containers = [
+        f"{count} {kind} container(s)"
+        for kind, count in (("sync", done.syncs), ("probe", done.probes))
+        if count
+    ]
+    if containers:
+        click.echo(f"removed {' and '.join(containers)} left behind")
     for name in done.networks:
         click.echo(f"removed network {name} (its cloister is gone)")
     if done.stand_ins:
