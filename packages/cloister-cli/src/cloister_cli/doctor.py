@@ -345,8 +345,9 @@ class Targets:
     proxy: str = ""  # the proxy's address:port on the cloister's network
     token: str = ""  # the cloister's proxy token (its HTTPS_PROXY)
     resolver: str = RESOLVER
-    # a name the resolver holds (the proxy's alias: short, unlike a cloister's container
-    # name, which may pass DNS's 63-character label): answered, or the resolver is dead
+    # a name the resolver holds whatever else runs: the cloister's short id, an alias the
+    # engine gives it on its network (not its name, which may pass DNS's 63-character
+    # label): answered, or the resolver is dead
     control: str = ""
 
 
@@ -575,7 +576,7 @@ def targets_for(
         others=tuple(others),
         services=tuple(services),
         proxy=_proxy_address(network, instance),
-        control=stack.PROXY_ALIAS,
+        control=(container.id or "")[:12],
         token=_proxy_token(container),
     )
 

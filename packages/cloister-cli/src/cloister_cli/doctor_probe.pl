@@ -167,7 +167,7 @@ $check{"egress.dns"} = sub {
     # Asked of the engine's resolver directly (not /etc/resolv.conf, which the agent may
     # have written). A definite answer without an address passes. Docker 20.10's resolver
     # answers nothing for outside names on an internal network: that silence passes only
-    # when it answered, in the same wait, a name it holds (the control: the proxy's alias).
+    # when it answered, in the same wait, a name it holds (the control: the cloister's short id).
     my $resolver = one("resolver");
     my $control = one("control");
     my $packed = ipv4($resolver) or return (0, "no resolver address");
