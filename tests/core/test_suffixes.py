@@ -23,6 +23,10 @@ def suffixes() -> PublicSuffixes:
         ("api.github.com", False),
         ("intranet", False),  # public only by the implicit "*" rule
         ("corp", False),
+        ("xn--p1ai", True),  # .рф, asked in the A-label form host names have here
+        ("xn--80ao21a", True),  # .қаз
+        ("xn--e1afmkfd.xn--p1ai", False),  # пример.рф: a site
+        ("xn--zz", False),  # not punycode at all
     ],
 )
 def test_is_listed(suffixes: PublicSuffixes, name: str, listed: bool) -> None:
@@ -37,6 +41,9 @@ def test_is_listed(suffixes: PublicSuffixes, name: str, listed: bool) -> None:
         ("foo.co.uk", "*.foo.co.uk"),
         ("com", None),
         ("10.0.0.1", None),
+        ("api.xn--e1afmkfd.xn--p1ai", "*.xn--e1afmkfd.xn--p1ai"),
+        ("foo.xn--p1ai", "*.foo.xn--p1ai"),  # the parent, .рф, is public
+        ("xn--p1ai", None),
     ],
 )
 def test_wildcard_for(suffixes: PublicSuffixes, host: str, offered: str | None) -> None:
