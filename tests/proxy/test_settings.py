@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from cloister_proxy.settings import ProxySettings, parse_listen
+from cloister_proxy.settings import ProxySettings
 
 
 def test_command_line_options(tmp_path: Path) -> None:
@@ -57,11 +57,6 @@ def test_config_dir_defaults_to_cloister_paths(monkeypatch: pytest.MonkeyPatch) 
 def test_bad_listen_address(value: str) -> None:
     with pytest.raises(ValidationError, match="HOST:PORT"):
         ProxySettings(listen=value)
-
-
-def test_parse_listen() -> None:
-    assert parse_listen(":3128") == ("0.0.0.0", 3128)
-    assert parse_listen("[::1]:0") == ("::1", 0)
 
 
 def test_unknown_option_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
