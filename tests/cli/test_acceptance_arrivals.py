@@ -12,11 +12,9 @@ or the stop killed after it recorded the end), whichever of ``start``, ``stop`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import docker
 import pytest
 
 from cloister_core.names import MAX_NAME_LENGTH, cloister_name, sanitize_branch
@@ -25,14 +23,13 @@ from tests.cli.cli_support import (
     CloisterCli,
     exec_in,
     exec_ok,
-    guardian,
     remove_containers,
     squash,
 )
 from tests.cli.test_acceptance import Cloisters, new_repo
 
 if TYPE_CHECKING:
-    from tests.conftest import SkipOrFail
+    pass
 
 pytestmark = pytest.mark.docker
 
@@ -47,26 +44,6 @@ BRANCH = "feature/PROJ-1234-implement-oauth-login-flow-for-mobile-clients-and-th
 # The defaults' protected paths a fresh repository lacks: each gets an empty stand-in.
 STAND_INS = (".cloister", ".devcontainer", ".devcontainer.json", ".envrc", ".husky")
 TASKS = Path(".vscode/tasks.json")
-
-
-@pytest.fixture(scope="module")
-def cli(
-    docker_client: docker.DockerClient,
-    tmp_path_factory: pytest.TempPathFactory,
-    skip_or_fail: SkipOrFail,
-) -> Iterator[CloisterCli]:
-    root = tmp_path_factory.mktemp("cloister-arrivals")
-    with guardian(docker_client, root, CONFIG, skip_or_fail) as tool:
-        yield tool
-
-
-@pytest.fixture
-def cloisters(cli: CloisterCli) -> Iterator[Cloisters]:
-    started = Cloisters(cli)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def test_a_long_branch_starts_under_a_stable_name(

@@ -15,24 +15,21 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import docker
 import httpx
 import pytest
 
 from tests.cli.cli_support import (
     SLIM_IMAGE,
     CloisterCli,
-    guardian,
 )
 from tests.cli.test_acceptance import Cloisters, new_repo
 from tests.waiting import free_port, wait_until
 
 if TYPE_CHECKING:
-    from tests.conftest import SkipOrFail
+    pass
 
 pytestmark = pytest.mark.docker
 
@@ -51,26 +48,6 @@ hostexec:
 """
 PENDING_WAIT = 60.0  # for the command to reach the hub
 GONE_WAIT = 10.0  # for the item to leave it (the gateway waits minutes for a human)
-
-
-@pytest.fixture(scope="module")
-def cli(
-    docker_client: docker.DockerClient,
-    tmp_path_factory: pytest.TempPathFactory,
-    skip_or_fail: SkipOrFail,
-) -> Iterator[CloisterCli]:
-    root = tmp_path_factory.mktemp("cloister-hostexec-gone")
-    with guardian(docker_client, root, CONFIG, skip_or_fail) as tool:
-        yield tool
-
-
-@pytest.fixture
-def cloisters(cli: CloisterCli) -> Iterator[Cloisters]:
-    started = Cloisters(cli)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def pending_commands(hub: httpx.Client, name: str) -> list[dict[str, Any]]:

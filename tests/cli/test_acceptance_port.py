@@ -28,7 +28,6 @@ from tests.cli.cli_support import (
     docker_executable,
     exec_in,
     exec_ok,
-    guardian,
     network_gateway,
     run_command,
 )
@@ -36,7 +35,7 @@ from tests.cli.test_acceptance import Cloisters, new_repo
 from tests.waiting import free_port, wait_until
 
 if TYPE_CHECKING:
-    from tests.conftest import SkipOrFail
+    pass
 
 pytestmark = pytest.mark.docker
 
@@ -59,17 +58,6 @@ SERVER = (
     rf' print $c "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{GREETING}\n";'
     " close $c }"
 )
-
-
-@pytest.fixture(scope="module")
-def cli(
-    docker_client: docker.DockerClient,
-    tmp_path_factory: pytest.TempPathFactory,
-    skip_or_fail: SkipOrFail,
-) -> Iterator[CloisterCli]:
-    root = tmp_path_factory.mktemp("cloister-port")
-    with guardian(docker_client, root, CONFIG, skip_or_fail) as tool:
-        yield tool
 
 
 @pytest.fixture

@@ -10,11 +10,9 @@ the repository (``rm -rf /work/.git``, ``reset --hard`` with ``gc --prune=now``)
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import docker
 import pytest
 
 from tests.cli.cli_support import (
@@ -22,13 +20,12 @@ from tests.cli.cli_support import (
     CloisterCli,
     exec_ok,
     git,
-    guardian,
     remove_containers,
 )
 from tests.cli.test_acceptance import Cloisters, new_repo
 
 if TYPE_CHECKING:
-    from tests.conftest import SkipOrFail
+    pass
 
 pytestmark = pytest.mark.docker
 
@@ -39,26 +36,6 @@ defaults:
   memory: 512m
   pids: 256
 """
-
-
-@pytest.fixture(scope="module")
-def cli(
-    docker_client: docker.DockerClient,
-    tmp_path_factory: pytest.TempPathFactory,
-    skip_or_fail: SkipOrFail,
-) -> Iterator[CloisterCli]:
-    root = tmp_path_factory.mktemp("cloister-restore")
-    with guardian(docker_client, root, CONFIG, skip_or_fail) as tool:
-        yield tool
-
-
-@pytest.fixture
-def cloisters(cli: CloisterCli) -> Iterator[Cloisters]:
-    started = Cloisters(cli)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def test_gc_cleans_up_after_a_cloister_whose_stop_was_killed(

@@ -16,11 +16,9 @@ plan's storage option is covered by tests/cli/test_safeguards.py and test_cloist
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import docker
 import pytest
 
 from tests.cli.cli_support import (
@@ -29,7 +27,6 @@ from tests.cli.cli_support import (
     exec_in,
     exec_ok,
     git,
-    guardian,
     inspect,
     squash,
     unique,
@@ -37,7 +34,7 @@ from tests.cli.cli_support import (
 from tests.cli.test_acceptance import Cloisters, mounts_by_target, new_repo
 
 if TYPE_CHECKING:
-    from tests.conftest import SkipOrFail
+    pass
 
 pytestmark = pytest.mark.docker
 
@@ -55,26 +52,6 @@ PROJECT_CONFIG = "protect:\n  paths: [docs/frozen.md]\n  except: [.husky]\n"
 ENVRC = "export FROM_THE_HUMAN=1\n"
 NOTES = "the human's devcontainer notes\n"
 FROZEN = "do not change\n"
-
-
-@pytest.fixture(scope="module")
-def cli(
-    docker_client: docker.DockerClient,
-    tmp_path_factory: pytest.TempPathFactory,
-    skip_or_fail: SkipOrFail,
-) -> Iterator[CloisterCli]:
-    root = tmp_path_factory.mktemp("cloister-session")
-    with guardian(docker_client, root, CONFIG, skip_or_fail) as tool:
-        yield tool
-
-
-@pytest.fixture
-def cloisters(cli: CloisterCli) -> Iterator[Cloisters]:
-    started = Cloisters(cli)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def refused(name: str, script: str) -> None:
