@@ -7,10 +7,12 @@ launching the command until it exits, after one untimed warm-up run each:
 * commands that do not talk to Docker: ``--version``, ``--help``, ``setup --list``,
   ``config check``, ``config show``, ``config path``, ``project list``, ``worktree
   list``, ``restore NAME --list`` (a project and a snapshot record are written into the
-  temporary directories first, so both tables are drawn), and shell completion of the
-  command names (``cloister st<TAB>``);
-* commands that ask the Docker engine: ``list``, ``list --json``, ``images list`` and
-  the completion of a cloister's name (``cloister stop <TAB>``).
+  temporary directories first, so both tables are drawn), ``logs NAME -n 50`` (of a
+  log of 200 lines written there as the services write it), and shell completion of
+  the command names (``cloister st<TAB>``);
+* commands that ask the Docker engine: ``list``, ``list --json``, ``images list``,
+  ``guardian status``, ``port --list`` and the completion of a cloister's name
+  (``cloister stop <TAB>``).
 
 Target: median at most 0.3 s for the first kind; for the second, at most 0.5 s plus
 the engine's own time, measured apart as the same requests made by a warm process
@@ -85,9 +87,12 @@ def cases(program: str) -> list[Case]:
         Case("worktree list", (program, "worktree", "list"), "offline"),
         Case("restore --list", (program, "restore", CLOISTER, "--list"), "offline"),
         Case("complete `cloister st`", (program,), "offline", env=completion("cloister st")),
+        Case("logs NAME -n 50", (program, "logs", CLOISTER, "-n", "50"), "offline"),
         Case("list", (program, "list"), "engine", "containers"),
         Case("list --json", (program, "list", "--json"), "engine", "containers"),
         Case("images list", (program, "images", "list"), "engine", "images"),
+        Case("guardian status", (program, "guardian", "status"), "engine", "containers"),
+        Case("port --list", (program, "port", "--list"), "engine", "containers"),
         Case(
             "complete `cloister stop `",
             (program,),
@@ -226,6 +231,18 @@ def prepare(root: Path, env: dict[str, str]) -> None:
             head_commit="0" * 40,
         ),
     )
+    # A log of that cloister, written as the services write it, for `cloister logs`.
+    from cloister_core.audit import AuditLog  # noqa: PLC0415
+
+    with AuditLog(cloister_dir=paths.logs_dir) as log:
+        for index in range(200):
+            log.write(
+                "proxy.request",
+                cloister=CLOISTER,
+                host=f"host{index}.example.org",
+                port=443,
+                verdict="allowed",
+            )
     # config show and check read the default config: written once, not on every run.
     subprocess.run(
         [executable("cloister"), "config", "check"],

@@ -109,21 +109,6 @@ def ensure_agent_image(context: Context, image: str, progress: Progress) -> None
 # -- finding and stopping ------------------------------------------------------------------
 
 
-def name_for_directory(context: Context, directory: Path) -> str:
-    """The running cloister whose working tree contains *directory*."""
-    resolved = directory.resolve()
-    best: tuple[int, str] | None = None
-    for info in listing.list_cloisters(context.docker, context.instance):
-        path = Path(info.path)
-        if resolved == path or path in resolved.parents:
-            depth = len(path.parts)
-            if best is None or depth > best[0]:
-                best = (depth, info.name)
-    if best is None:
-        raise CloisterError(f"no cloister works in {directory}; name one (`cloister list`)")
-    return best[1]
-
-
 @dataclass(frozen=True, slots=True)
 class StopOutcome:
     stopped: bool

@@ -20,6 +20,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
@@ -106,6 +107,21 @@ def list_cloisters(client: Engine, instance: stack.Instance) -> list[CloisterInf
     """The cloisters of *instance* (another user's, or another data directory's, are not)."""
     containers = client.containers.list(all=True, filters={"label": [LABEL, instance.label_filter]})
     return sorted((_info(container) for container in containers), key=lambda info: info.name)
+
+
+def name_for_directory(client: Engine, instance: stack.Instance, directory: Path) -> str:
+    """The cloister of *instance* whose working tree contains *directory* (the deepest)."""
+    resolved = directory.resolve()
+    best: tuple[int, str] | None = None
+    for info in list_cloisters(client, instance):
+        path = Path(info.path)
+        if resolved == path or path in resolved.parents:
+            depth = len(path.parts)
+            if best is None or depth > best[0]:
+                best = (depth, info.name)
+    if best is None:
+        raise CloisterError(f"no cloister works in {directory}; name one (`cloister list`)")
+    return best[1]
 
 
 def age(created: str) -> str:

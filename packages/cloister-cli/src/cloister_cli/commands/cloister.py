@@ -333,7 +333,7 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
     names = (
         [info.name for info in listing.list_cloisters(context.docker, context.instance)]
         if stop_all
-        else [name or lifecycle.name_for_directory(context, Path.cwd())]
+        else [name or listing.name_for_directory(context.docker, context.instance, Path.cwd())]
     )
     for each in names:
         outcome = lifecycle.stop(context, each)
@@ -459,7 +459,7 @@ def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) 
             raise click.UsageError(f"one NAME before --, got {' '.join(words)!r}")
         name = words[0] if words else None
     if name is None:
-        name = lifecycle.name_for_directory(context, Path.cwd())
+        name = listing.name_for_directory(context.docker, context.instance, Path.cwd())
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     argv = lifecycle.exec_argv(context, name, command, workdir=workdir, cwd=Path.cwd(), tty=tty)
     docker_cli = shutil.which("docker")

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import click
 from rich.table import Table
 
-from cloister_cli import lifecycle
 from cloister_cli.commands.output import build_progress, console, note, print_json, warn
 from cloister_cli.context import Context
 from cloister_cli.guardian import legacy_hint
@@ -46,6 +45,8 @@ def guardian_start(context: Context, build: bool) -> None:
             f" Cloister leaves it alone: {legacy_hint()}"
         )
     with build_progress() as progress:
+        from cloister_cli import lifecycle  # noqa: PLC0415 - only `guardian start` needs it
+
         started = lifecycle.ensure_guardian(context, progress, rebuild=build)
     if started:  # a new hub refuses its ticket: it was minted before the hub started
         login_page_path(context.paths).unlink(missing_ok=True)

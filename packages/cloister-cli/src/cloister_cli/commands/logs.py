@@ -60,9 +60,9 @@ def logs(
     if name is None:
         name = cloisterlogs.cloister_for_directory(context.paths, Path.cwd())
         if name is None:
-            from cloister_cli import lifecycle  # noqa: PLC0415 - only without a session record
+            from cloister_cli import listing  # noqa: PLC0415 - only without a session record
 
-            name = lifecycle.name_for_directory(context, Path.cwd())
+            name = listing.name_for_directory(context.docker, context.instance, Path.cwd())
     path = context.paths.cloister_log(name)
     if not cloisterlogs.is_known(context.paths, name):
         raise CloisterError(f"no cloister {name!r} on this machine has a log (`cloister list`)")

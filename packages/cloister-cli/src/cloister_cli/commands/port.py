@@ -57,7 +57,7 @@ def port(
       cloister port --list --json         # every cloister's
       cloister port my-api 8000 --remove
     """
-    from cloister_cli import lifecycle, ports  # noqa: PLC0415 - see the module docstring
+    from cloister_cli import listing, ports  # noqa: PLC0415 - see the module docstring
     from cloister_cli.images import PROXY_IMAGE  # noqa: PLC0415
 
     if list_ports and remove:
@@ -70,7 +70,11 @@ def port(
         return
     if not words or len(words) > 2:
         raise click.UsageError("say which port: cloister port [NAME] PORT[:HOSTPORT]")
-    name = words[0] if len(words) == 2 else lifecycle.name_for_directory(context, Path.cwd())
+    name = (
+        words[0]
+        if len(words) == 2
+        else listing.name_for_directory(context.docker, context.instance, Path.cwd())
+    )
     if remove:
         removed = ports.remove(context.docker, context.instance, name, ports.parse_port(words[-1]))
         if as_json:
