@@ -282,7 +282,10 @@ def private_name(label: str) -> str:
 def assert_guarded(answer: Answer, address: str, address_class: str, what: str) -> None:
     assert answer.status == 403, (what, str(answer))
     assert answer.reason in ("private-address", "guardian-network"), (what, str(answer))
-    assert f"resolves to {address} ({address_class})" in answer.body, (what, str(answer))
+    # An address of a private range the engine gave one of the guardian's networks (any
+    # stack on this engine: its pools are shared) is named as that, a class of its own.
+    shown = "guardian-network" if answer.reason == "guardian-network" else address_class
+    assert f"resolves to {address} ({shown})" in answer.body, (what, str(answer))
 
 
 def test_names_resolving_to_private_addresses(stack: Stack, prober: Cloister) -> None:

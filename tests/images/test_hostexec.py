@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -232,6 +233,19 @@ def test_a_denied_command_puts_no_secret_in_an_argument_either(tmp_path: Path) -
 # --- a signal ending the client ends its question too -------------------------------------
 
 
+def with_default_signals() -> list[str]:
+    """A prefix that runs a program with SIGINT and SIGHUP at their default, as from a
+    terminal: a runner that started the tests in the background (``&``, ``nohup``) has
+    them ignored, and an ignored signal stays ignored across exec, even for bash's trap."""
+    reset = (
+        "import os, signal, sys;"
+        " signal.signal(signal.SIGINT, signal.SIG_DFL);"
+        " signal.signal(signal.SIGHUP, signal.SIG_DFL);"
+        " os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", reset]
+
+
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_client_closes_its_connection(
     tmp_path: Path, signal_number: signal.Signals
@@ -251,7 +265,7 @@ def test_a_signal_to_the_client_closes_its_connection(
             "CLOISTER_TOKEN": TOKEN,
         }
         client = subprocess.Popen(
-            [bash, str(CLIENT), "sleep", "1"],
+            [*with_default_signals(), bash, str(CLIENT), "sleep", "1"],
             env=environment,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
