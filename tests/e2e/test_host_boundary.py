@@ -750,7 +750,8 @@ def test_agent_state_plants_and_deep_trees_run_nothing(stack: Stack, scene_of: l
 
 def repository_state(scene: Scene) -> dict[str, str]:
     return {
-        "log": scene.git("log", "--all", "--format=%H %s"),
+        # Sorted: commits made in one second have no order of their own in `git log`.
+        "log": "\n".join(sorted(scene.git("log", "--all", "--format=%H %P %s").splitlines())),
         "refs": "\n".join(f"{oid} {name}" for name, oid in sorted(scene.refs().items())),
         "head": scene.git("symbolic-ref", "HEAD"),
         "staged": scene.git("diff", "--cached"),
