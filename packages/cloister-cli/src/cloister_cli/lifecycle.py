@@ -8,7 +8,6 @@ be used (and tested) without a terminal. ``cloister start`` (and its dry run) is
 
 from __future__ import annotations
 
-import contextlib
 import stat
 import tempfile
 from collections.abc import Callable
@@ -172,8 +171,13 @@ def stop(context: Context, name: str) -> StopOutcome:
     for running in context.docker.containers.list(
         all=True, filters={"label": [instance.label_filter, f"{stack.LABEL_SYNC}={name}"]}
     ):
-        with contextlib.suppress(docker.errors.NotFound):
+        try:
             running.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            if error.status_code != 409:  # 409: its own removal (a finished sync) is under way
+                raise
     accounts.remove(context.paths, name)
     safeguards.remove_marker(context.paths, name)
     if result.project is not None:
