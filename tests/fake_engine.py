@@ -159,7 +159,7 @@ class FakeContainer:
         self.status = "exited" if self.exits else "running"
         engine.log.append(f"start {self.name}")
 
-    def remove(self, force: bool = False) -> None:
+    def remove(self, force: bool = False, v: bool = False) -> None:
         assert force  # Cloister never waits for a container to stop before removing it
         engine = self._engine()
         del engine.containers.by_name[self.name]
@@ -312,6 +312,13 @@ class FakeContainers:
         self.engine.log.append(f"create {name}")
         return made
 
+    def run(self, image: str, **kwargs: Any) -> FakeContainer:
+        """``create`` then ``start`` (what ``detach=True`` does)."""
+        self.engine.calls.append(("containers.run", {"image": image, **kwargs}))
+        made = self.create(image, **kwargs)
+        made.start()
+        return made
+
 
 class FakeNetworks:
     def __init__(self, engine: FakeEngine) -> None:
@@ -413,6 +420,9 @@ class FakeApi:
 
     def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
+
+    def create_endpoint_config(self, **kwargs: Any) -> dict[str, Any]:
+        return dict(kwargs)
 
     def networks(self) -> list[dict[str, Any]]:
         self.engine.calls.append(("api.networks", {}))

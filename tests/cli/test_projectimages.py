@@ -13,6 +13,7 @@ import json
 import os
 import tarfile
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import pytest
 from docker.utils.build import PatternMatcher
 
 from cloister_cli import projectimages
+from cloister_cli.features.resolve import Context as FeaturesContext
+from cloister_cli.features.resolve import FeaturePlan, plan_features
 from cloister_cli.projectimages import (
     BASE_ARG,
     KEY_LABEL,
@@ -31,7 +34,7 @@ from cloister_cli.projectimages import (
 from cloister_cli.projectimages.context import _ignore_patterns, context_tar, scan
 from cloister_cli.projectimages.model import Build as ImageBuild
 from cloister_cli.projectimages.plan import from_images
-from cloister_core.devcontainer import Devcontainer, load_devcontainer
+from cloister_core.devcontainer import Devcontainer, Feature, load_devcontainer
 from cloister_core.paths import CloisterPaths
 from tests.fake_engine import FakeEngine
 from tests.tree_support import DEPTH, deep_tree
@@ -474,32 +477,111 @@ def _with_features(root: Path, features: dict[str, Any]) -> None:
     path.write_text(json.dumps(document))
 
 
-def test_untrusted_features_are_refused_by_name(
-    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
-) -> None:
-    _with_features(
-        project,
-        {"ghcr.io/devcontainers/features/node:1": {}, "ghcr.io/someone/features/x:1": {}},
-    )
-    with pytest.raises(ProjectImageError) as raised:
-        plan(engine, paths, project, source)
-    message = str(raised.value)
-    assert "untrusted devcontainer Features: ghcr.io/someone/features/x:1;" in message
-    assert "devcontainer.trusted_features" in message
-    assert "node" not in message
-    assert "\n" not in message
-
-
-def test_trusted_features_are_refused_too_with_the_reason(
+def test_features_are_not_installed_without_being_resolved(
     engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
 ) -> None:
     _with_features(project, {"ghcr.io/devcontainers/features/node:1": {"version": "lts"}})
-    with pytest.raises(ProjectImageError) as raised:
+    with pytest.raises(ProjectImageError, match=r"installed by `cloister start`"):
         plan(engine, paths, project, source)
-    message = str(raised.value)
-    assert "features (ghcr.io/devcontainers/features/node:1) are OCI artifacts" in message
-    assert "bake them into your Dockerfile or remove `features`" in message
     assert engine.builds == []
+
+
+def _local_features(root: Path, paths: CloisterPaths, **options: str | bool) -> FeaturePlan:
+    folder = root / ".devcontainer" / "hello"
+    folder.mkdir()
+    (folder / "devcontainer-feature.json").write_text(
+        json.dumps(
+            {
+                "id": "hello",
+                "version": "1.0.0",
+                "options": {"greeting": {"type": "string", "default": "hi"}},
+                "containerEnv": {"HELLO_HOME": "/opt/hello", "PATH": "/opt/hello:${PATH}"},
+            }
+        )
+    )
+    (folder / "install.sh").write_text("#!/bin/sh\necho $GREETING > /hello\n")
+    loaded = load(root)
+    assert loaded is not None
+    devcontainer = replace(
+        loaded, features=(Feature("./hello", options, True, "local", local_path=folder),)
+    )
+    context = FeaturesContext(paths=paths, project_root=root, home=root.parent, environ={})
+    return plan_features(context, devcontainer)
+
+
+def test_features_are_a_build_between_the_devcontainer_and_the_cloister_layer(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    features = _local_features(project, paths, greeting="hello")
+    loaded = load(project)
+    assert loaded is not None
+    done = projectimages.ensure_project_image(
+        engine.client,
+        paths,
+        project=PROJECT,
+        root=project,
+        devcontainer=replace(loaded, features=(features.installs[0].feature,)),
+        base_image="cloister:latest",
+        source=source,
+        features=features,
+    )
+    _, installing, layer, _ = engine.builds
+    assert installing.args == {BASE_ARG: "sha256:built1"}
+    assert "USER root" in installing.dockerfile
+    assert "COPY features /tmp/cloister-features" in installing.dockerfile
+    assert (
+        "RUN cd /tmp/cloister-features/1 && chmod +x ./install.sh && set -a"
+        " && . ./devcontainer-features.env && set +a && ./install.sh"
+    ) in installing.dockerfile
+    assert 'ENV HELLO_HOME="/opt/hello" PATH="/opt/hello:${PATH}"\n' in installing.dockerfile
+    assert b"echo $GREETING" in installing.files["features/1/install.sh"]
+    assert b"GREETING=" in installing.files["features/1/devcontainer-features.env"]
+    assert b"hello" in installing.files["features/1/devcontainer-features.env"]
+    assert layer.args == {BASE_ARG: "sha256:built2"}
+    assert "install Feature ./hello" in " ".join(done.steps)
+
+
+def test_a_features_options_and_content_are_inputs(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    def key(features: FeaturePlan) -> str | None:
+        loaded = load(project)
+        assert loaded is not None
+        return projectimages.plan_project_image(
+            engine.client,
+            paths,
+            project=PROJECT,
+            root=project,
+            devcontainer=replace(loaded, features=(features.installs[0].feature,)),
+            base_image="cloister:latest",
+            source=source,
+            features=features,
+        ).key
+
+    first = _local_features(project, paths, greeting="hello")
+    without = plan(engine, paths, project, source).key
+    assert key(first) not in {None, without}
+    folder = project / ".devcontainer" / "hello"
+    loaded = load(project)
+    assert loaded is not None
+    context = FeaturesContext(paths=paths, project_root=project, home=project.parent, environ={})
+    other = plan_features(
+        context,
+        replace(
+            loaded,
+            features=(Feature("./hello", {"greeting": "bye"}, True, "local", local_path=folder),),
+        ),
+    )
+    assert key(other) != key(first)
+    (folder / "install.sh").write_text("#!/bin/sh\necho changed\n")
+    changed = plan_features(
+        context,
+        replace(
+            loaded,
+            features=(Feature("./hello", {"greeting": "hello"}, True, "local", local_path=folder),),
+        ),
+    )
+    assert key(changed) != key(first)
 
 
 # -- the Dockerfile's FROM lines ---------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cloister_cli import shape
+from cloister_cli import previewing, shape, starting
 from cloister_cli.shape import (
     NOTE,
     Shape,
@@ -21,6 +21,8 @@ from cloister_cli.shape import (
     save_approved,
 )
 from cloister_core.paths import CloisterPaths
+from tests.cli.test_dryrun import preview_context
+from tests.git_support import make_repo
 
 DEVCONTAINER = '{\n  "image": "debian:12",\n  "runArgs": []\n}\n'
 
@@ -412,3 +414,82 @@ def test_a_git_directory_in_a_build_context_is_not_part_of_the_shape(tmp_path: P
     assert read_shape(tmp_path, extra=[tmp_path]).digest == before.digest
     (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN true\n", encoding="utf-8")
     assert read_shape(tmp_path, extra=[tmp_path]).digest != before.digest
+
+
+# -- --no-devcontainer: the file it ignores is never asked about --------------------------
+
+
+def test_without_the_devcontainer_only_cloisters_files_are_read(project: Path) -> None:
+    (project / ".devcontainer.json").write_text(DEVCONTAINER)
+    (project / ".cloister").mkdir()
+    (project / ".cloister" / "Dockerfile").write_text("ARG CLOISTER_BASE\n")
+    assert sorted(read_shape(project, scope="cloister").files) == [".cloister/Dockerfile"]
+    assert ".devcontainer/devcontainer.json" in read_shape(project).files
+
+
+def test_a_changed_devcontainer_is_not_asked_about_when_it_is_not_used(
+    project: Path, paths: CloisterPaths
+) -> None:
+    (project / ".cloister").mkdir()
+    (project / ".cloister" / "Dockerfile").write_text("ARG CLOISTER_BASE\n")
+    approve(paths, project)
+    # Cloister's own files, approved in a start with the devcontainer, count without it.
+    save_approved(paths, "api", check_shape(paths, "api", project, confirm=None, scope="cloister"))
+    edited = DEVCONTAINER.replace('"runArgs": []', '"runArgs": ["--privileged"]')
+    (project / ".devcontainer" / "devcontainer.json").write_text(edited)
+    asker = Asker(False)
+    accepted = check_shape(paths, "api", project, confirm=asker, scope="cloister")
+    assert asker.shown == []
+    save_approved(paths, "api", accepted)
+    # Approving the shape without the devcontainer does not approve the devcontainer:
+    # the next start that uses it still asks, about the file it uses.
+    asker = Asker(True)
+    check_shape(paths, "api", project, confirm=asker)
+    assert len(asker.shown) == 1
+    assert '+  "runArgs": ["--privileged"]' in asker.shown[0]
+    assert ".cloister/Dockerfile" not in asker.shown[0]  # approved, in both scopes
+
+
+def test_a_change_to_cloisters_files_is_asked_about_in_either_scope(
+    project: Path, paths: CloisterPaths
+) -> None:
+    (project / ".cloister").mkdir()
+    (project / ".cloister" / "Dockerfile").write_text("ARG CLOISTER_BASE\n")
+    approve(paths, project)
+    save_approved(paths, "api", read_shape(project, scope="cloister"))
+    (project / ".cloister" / "Dockerfile").write_text("ARG CLOISTER_BASE\nRUN id\n")
+    for scope in ("cloister", "all"):
+        asker = Asker(False)
+        with pytest.raises(ShapeChangedError):
+            check_shape(paths, "api", project, confirm=asker, scope=scope)
+        assert "+RUN id" in asker.shown[0]
+
+
+def test_a_record_from_before_scopes_covers_every_source(
+    project: Path, paths: CloisterPaths
+) -> None:
+    current = read_shape(project)
+    record = paths.data_dir / "shapes" / "api.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"version": 1, "files": dict(current.files), "overflow": ""}))
+    assert load_approved(paths, "api") == current
+    # Its part of Cloister's own files (none here) is the approval without the devcontainer.
+    assert load_approved(paths, "api", "cloister") == Shape(files={}, scope="cloister")
+
+
+def test_a_preview_without_the_devcontainer_asks_nothing_about_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cloister start --no-devcontainer --dry-run`: the file it ignores is not in the
+    shape, so nothing is shown to approve; with the file, it is."""
+    context = preview_context(tmp_path, monkeypatch)
+    repo = make_repo(tmp_path / "home" / "src" / "api")
+    (repo / ".devcontainer").mkdir()
+    (repo / ".devcontainer" / "devcontainer.json").write_text('{"image": "x"}')
+    options = starting.StartOptions(project_name="api", no_devcontainer=True)
+    assert previewing.preview(context, repo, options).shape_difference == ""
+    (repo / ".cloister").mkdir()
+    (repo / ".cloister" / "Dockerfile").write_text("ARG CLOISTER_BASE\n")
+    shown = previewing.preview(context, repo, options).shape_difference
+    assert ".cloister/Dockerfile" in shown
+    assert ".devcontainer" not in shown

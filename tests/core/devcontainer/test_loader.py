@@ -3,18 +3,22 @@ discovery, and the errors for files Cloister cannot use."""
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
 import pytest
 
+from cloister_core.cloisterenv import set_by_cloister
 from cloister_core.devcontainer import (
     DevcontainerError,
     LifecycleCommand,
     MountSpec,
     find_devcontainer,
+    jsonc,
     load_devcontainer,
 )
+from cloister_core.devcontainer.variables import devcontainer_id
 from tests.core.devcontainer.conftest import Workspace
 
 PYTHON = """\
@@ -83,8 +87,11 @@ def test_python_devcontainer(workspace: Workspace) -> None:
     assert loaded.container_env == {"PYTHONDONTWRITEBYTECODE": "1", "APP_ROOT": "/work"}
     assert loaded.user == "vscode"
     assert loaded.input_files() == (workspace.project / ".devcontainer/devcontainer.json",)
-    assert [(o.field, o.outcome) for o in loaded.warnings] == [("customizations", "ignored")]
-    customizations = loaded.warnings[0]
+    assert [(o.field, o.outcome) for o in loaded.warnings] == [
+        ("features['ghcr.io/devcontainers-extra/features/poetry:2']", "refused"),
+        ("customizations", "ignored"),
+    ]
+    customizations = loaded.warnings[1]
     assert customizations.line == 15
     assert customizations.render(loaded.path).startswith(f"{loaded.path}:15: customizations ")
 
@@ -174,20 +181,6 @@ def test_image_source_errors(
         workspace.load(text)
     assert message in str(caught.value)
     assert caught.value.line == line
-
-
-def test_compose_based_file_is_refused(workspace: Workspace) -> None:
-    text = """{
-  "name": "stack",
-  "dockerComposeFile": ["../docker-compose.yml"],
-  "service": "app"
-}"""
-    with pytest.raises(DevcontainerError) as caught:
-        workspace.load(text)
-    message = str(caught.value)
-    assert message.startswith(f"{workspace.project / '.devcontainer/devcontainer.json'}:3:3: ")
-    assert "docker-compose based devcontainer.json files are not supported" in message
-    assert "outside the cloister's sandbox" in message
 
 
 def test_malformed_jsonc_names_file_line_and_column(workspace: Workspace) -> None:
@@ -294,6 +287,102 @@ def test_mount_spec_docker_argument() -> None:
     assert (
         MountSpec("volume", None, "/cache", False).docker_argument() == "type=volume,target=/cache"
     )
+    tmpfs = MountSpec("tmpfs", None, "/t", False, tmpfs_size=64 * 1024**2, tmpfs_mode=0o1777)
+    assert tmpfs.docker_argument() == "type=tmpfs,target=/t,tmpfs-size=67108864,tmpfs-mode=1777"
+    volume = MountSpec("volume", "c", "/c", False, no_copy=True)
+    assert volume.docker_argument() == "type=volume,source=c,target=/c,volume-nocopy"
+
+
+def test_harmless_mount_options_are_kept_in_the_spec(workspace: Workspace) -> None:
+    loaded = workspace.load(
+        _IMAGE + '"mounts": ["type=tmpfs,target=/t,tmpfs-size=64m,tmpfs-mode=1777",'
+        ' "source=c,target=/c,type=volume,volume-nocopy=true,consistency=cached"]}'
+    )
+    assert loaded.mounts == (
+        MountSpec("tmpfs", None, "/t", False, tmpfs_size=64 * 1024**2, tmpfs_mode=0o1777),
+        MountSpec("volume", "c", "/c", False, no_copy=True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "normalised"),
+    [
+        ("//home/cloister", "/home/cloister"),
+        ("//opt/cloister/bin", "/opt/cloister/bin"),
+        ("/opt/./cloister//bin/", "/opt/cloister/bin"),
+        ("/x/../home/cloister/.", "/home/cloister"),
+    ],
+)
+def test_a_kept_mounts_target_is_normalised(
+    workspace: Workspace, target: str, normalised: str
+) -> None:
+    """What the CLI compares with its own mounts (see tests/cli/test_devoverrides.py)."""
+    loaded = workspace.load(_IMAGE + f'"mounts": ["source=c,target={target},type=volume"]}}')
+    assert [mount.target for mount in loaded.mounts] == [normalised]
+
+
+def test_devcontainer_id_is_the_reference_clis(workspace: Workspace) -> None:
+    # The reference implementation's algorithm (JSON of the sorted id labels, sha256,
+    # base 32, 52 digits), run with node on these two paths.
+    assert (
+        devcontainer_id("/home/a/proj", "/home/a/proj/.devcontainer/devcontainer.json")
+        == "1pauck26ltpr3upar1rhh2poi376ft8i2siljhdped331h1qjp37"
+    )
+    loaded = workspace.load(
+        _IMAGE + '"mounts": ["source=cache-${devcontainerId},target=/c,type=volume"],'
+        ' "containerEnv": {"ID": "${devcontainerId}"}}'
+    )
+    path = workspace.project / ".devcontainer" / "devcontainer.json"
+    expected = devcontainer_id(str(workspace.project), str(path))
+    assert re.fullmatch(r"[0-9a-v]{52}", expected)
+    assert loaded.mounts == (MountSpec("volume", f"cache-{expected}", "/c", False),)
+    assert loaded.container_env == {"ID": expected}
+    # Stable: the same file in the same project is the same id.
+    assert workspace.load(
+        _IMAGE + '"containerEnv": {"ID": "${devcontainerId}"}}'
+    ).container_env == {"ID": expected}
+
+
+def test_a_mount_string_too_long_for_csv_is_dropped(workspace: Workspace) -> None:
+    loaded = workspace.load(_IMAGE + '"mounts": ["type=tmpfs,target=/' + "a" * 140_000 + '"]}')
+    (override,) = [item for item in loaded.overrides if item.field == "mounts[0]"]
+    assert (override.outcome, "cannot be split" in override.why) == ("dropped", True)
+
+
+@pytest.mark.parametrize("name", ["HOME", "http_proxy", "NO_PROXY", "all_proxy", "CLOISTER_X"])
+def test_what_cloister_sets_is_ignored_not_kept(workspace: Workspace, name: str) -> None:
+    loaded = workspace.load(_IMAGE + f'"containerEnv": {{"{name}": "x"}}}}')
+    (override,) = [item for item in loaded.overrides if item.field == f"containerEnv.{name}"]
+    assert override.outcome == "ignored"
+    assert override.why.startswith("Cloister sets it")
+    assert loaded.container_env == {}
+    # The CLI's plan drops exactly these too (one list: cloister_core.cloisterenv).
+    assert set_by_cloister(name) is not None
+    assert set_by_cloister("PATH") is None
+
+
+def test_loading_is_linear(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every override's line is looked up, never searched for: each value of the file
+    is indexed once, whatever the number of overrides (counted, not timed; the figures
+    are in benchmarks/bench_devcontainer_load.py)."""
+    calls = 0
+    index_next = jsonc.Positions._next
+
+    def counted(self: jsonc.Positions, members: jsonc._Members) -> None:
+        nonlocal calls
+        calls += 1
+        index_next(self, members)
+
+    monkeypatch.setattr(jsonc.Positions, "_next", counted)
+    counts = []
+    for size in (500, 1000):
+        calls = 0
+        items = ", ".join(['"--privileged"'] * size)
+        loaded = workspace.load(_IMAGE + f'"runArgs": [{items}]}}')
+        assert len([item for item in loaded.overrides if item.field.startswith("runArgs")]) == size
+        assert loaded.overrides[-1].line == 1
+        counts.append(calls)
+    assert counts[1] - counts[0] == 500  # one more indexing for each item more
 
 
 # --- discovery ------------------------------------------------------------------------

@@ -275,15 +275,148 @@ OVERRIDES: list[tuple[str, str, str, str]] = [
     (
         '"mounts": ["source=${devcontainerId}-cache,target=/c,type=volume"]',
         "mounts[0]",
+        "kept",
+        "no host files",
+    ),
+    (
+        '"mounts": ["source=cache-${localEnv:NOPE}${nothing},target=/c,type=volume"]',
+        "mounts[0]",
         "dropped",
-        "does not substitute",
+        "${nothing}, a variable Cloister does not substitute",
     ),
     (
         '"mounts": ["source=/opt/x,target=/x,type=bind,bind-propagation=rshared"]',
         "mounts[0]",
-        "dropped",
-        "not understood",
+        "refused",
+        "outside the project",
     ),
+    (
+        '"mounts": ["source=${localWorkspaceFolder}/data,target=/x,type=bind,'
+        'bind-propagation=rshared"]',
+        "mounts[0]",
+        "kept",
+        "made read-only: a cloister writes only its project; bind-propagation ignored",
+    ),
+    (
+        '"mounts": ["source=cache,target=/c,type=volume,consistency=delegated"]',
+        "mounts[0]",
+        "kept",
+        "consistency ignored: a macOS speed hint",
+    ),
+    # harmless options: kept (the spec then has them)
+    (
+        '"mounts": ["type=tmpfs,target=/t,tmpfs-size=64m,tmpfs-mode=1777"]',
+        "mounts[0]",
+        "kept",
+        "memory-backed",
+    ),
+    ('"mounts": ["source=cache,target=/c,volume-nocopy"]', "mounts[0]", "kept", "no host files"),
+    (
+        '"mounts": [{"type": "volume", "source": "c", "target": "/c", "volume-nocopy": true}]',
+        "mounts[0]",
+        "kept",
+        "no host files",
+    ),
+    (
+        '"mounts": ["source=c,target=/c,type=volume,volume-driver=local"]',
+        "mounts[0]",
+        "kept",
+        "no host files",
+    ),
+    ('"mounts": ["type=tmpfs,target=/t,tmpfs-size=lots"]', "mounts[0]", "dropped", "not a size"),
+    ('"mounts": ["type=tmpfs,target=/t,tmpfs-mode=999"]', "mounts[0]", "dropped", "octal mode"),
+    (
+        '"mounts": ["source=c,target=/c,tmpfs-size=1m"]',
+        "mounts[0]",
+        "dropped",
+        "tmpfs-size is an option of a tmpfs mount",
+    ),
+    ('"mounts": ["type=tmpfs,target=/t,tmpfs-x=1"]', "mounts[0]", "dropped", "not understood"),
+    # a volume whose driver options bind a host path: what it is, not "given twice"
+    (
+        '"mounts": ["type=volume,source=x,target=/y,volume-driver=local,volume-opt=type=none,'
+        'volume-opt=o=bind,volume-opt=device=/"]',
+        "mounts[0]",
+        "refused",
+        "a host bind mount in disguise (the local volume driver's volume-opt device= and"
+        " o=bind): / is / (the host's whole file system)",
+    ),
+    (
+        '"mounts": ["type=volume,source=x,target=/y,volume-opt=device=${localEnv:HOME}/.ssh,'
+        'volume-opt=o=bind"]',
+        "mounts[0]",
+        "refused",
+        "is ~/.ssh (your SSH keys)",
+    ),
+    (
+        '"mounts": [{"type": "volume", "source": "x", "target": "/y",'
+        ' "volume-opt": ["o=bind", "device=/etc"]}]',
+        "mounts[0]",
+        "refused",
+        "/etc is /etc (the host's system configuration)",
+    ),
+    (
+        '"mounts": ["type=volume,source=x,target=/y,volume-opt=type=tmpfs"]',
+        "mounts[0]",
+        "dropped",
+        "passes no options to a volume driver",
+    ),
+    (
+        '"mounts": ["type=volume,source=x,target=/y,volume-driver=sshfs"]',
+        "mounts[0]",
+        "dropped",
+        "a volume plugin runs on the host",
+    ),
+    # a line break or another control character: dropped, never a traceback
+    ('"mounts": ["type=tmpfs,target=/a\\nb"]', "mounts[0]", "dropped", "control character"),
+    ('"mounts": ["type=tmpfs,target=/a\\rb"]', "mounts[0]", "dropped", "control character"),
+    ('"mounts": ["type=tmpfs,\\u0085target=/a"]', "mounts[0]", "dropped", "control character"),
+    (
+        '"mounts": [{"type": "tmpfs", "target": "/a\\nb"}]',
+        "mounts[0]",
+        "dropped",
+        "control character",
+    ),
+    (
+        '"runArgs": ["--mount", "type=bind,source=/etc,target=/a\\nb"]',
+        "runArgs[0]",
+        "dropped",
+        "mounts go in `mounts`",
+    ),
+    ('"runArgs": ["-v", "//etc:/x"]', "runArgs[0]", "refused", "is /etc"),
+    ('"runArgs": ["--mount=type=bind,src=/./etc/,dst=/x"]', "runArgs[0]", "refused", "is /etc"),
+    # targets are normalised before the check
+    (
+        '"mounts": ["source=c,target=//work,type=volume"]',
+        "mounts[0]",
+        "dropped",
+        "hide the project",
+    ),
+    (
+        '"mounts": ["source=c,target=/work/.,type=volume"]',
+        "mounts[0]",
+        "dropped",
+        "hide the project",
+    ),
+    (
+        '"mounts": ["source=c,target=/./work,type=volume"]',
+        "mounts[0]",
+        "dropped",
+        "hide the project",
+    ),
+    (
+        '"mounts": ["source=c,target=/x/../work,type=volume"]',
+        "mounts[0]",
+        "dropped",
+        "hide the project",
+    ),
+    (
+        '"mounts": ["source=c,target=/work/,type=volume"]',
+        "mounts[0]",
+        "dropped",
+        "hide the project",
+    ),
+    ('"mounts": ["type=tmpfs,target=//"]', "mounts[0]", "dropped", "hide the project"),
     ('"mounts": ["source=/opt/x,target=/x,type=npipe"]', "mounts[0]", "dropped", "not supported"),
     # environment
     (
@@ -291,6 +424,25 @@ OVERRIDES: list[tuple[str, str, str, str]] = [
         "containerEnv.NODE_ENV",
         "kept",
         "set in the cloister",
+    ),
+    (
+        '"containerEnv": {"HOME": "/home/node"}',
+        "containerEnv.HOME",
+        "ignored",
+        "Cloister sets it: the home is /home/cloister",
+    ),
+    ('"remoteEnv": {"HOME": null}', "remoteEnv.HOME", "ignored", "Cloister sets it"),
+    (
+        '"remoteEnv": {"https_proxy": "http://evil:3128"}',
+        "remoteEnv.https_proxy",
+        "ignored",
+        "the proxy is the only way out",
+    ),
+    (
+        '"containerEnv": {"Cloister_Token": "x"}',
+        "containerEnv.Cloister_Token",
+        "ignored",
+        "the cloister's name, token and guardian",
     ),
     (
         '"containerEnv": {"LANG": "${localEnv:LANG}"}',
@@ -371,14 +523,14 @@ OVERRIDES: list[tuple[str, str, str, str]] = [
     (
         '"features": {"ghcr.io/evil/features/x:1": {}}',
         "features['ghcr.io/evil/features/x:1']",
-        "kept",
-        "asks before installing",
+        "refused",
+        "a source you have not trusted",
     ),
     (
         '"features": {"./local-feature": {}}',
         "features['./local-feature']",
-        "kept",
-        "asks before installing",
+        "refused",
+        "no such folder",
     ),
     (
         '"features": {"ghcr.io/devcontainers/features/go:1": false}',

@@ -44,6 +44,7 @@ from cloister_cli.inside.guardrails import Guardrails
 from cloister_cli.projects import Project
 from cloister_cli.safeguards import MARKER, shm_size
 from cloister_core import stack
+from cloister_core.cloisterenv import set_by_cloister
 from cloister_core.config.models import DefaultsConfig, GuardianConfig
 from cloister_core.decisions import remove_session_decisions
 from cloister_core.errors import CloisterError
@@ -148,19 +149,9 @@ class Extras:
     shm_size: str | None = None
 
 
-# Variables that are Cloister's whatever their case: the proxy is the only way out.
-_PROXY_NAMES = frozenset({"http_proxy", "https_proxy", "no_proxy", "all_proxy"})
-
-
 def cloister_owned(name: str, own: Iterable[str]) -> bool:
     """Whether the variable *name* is Cloister's (or an agent's), so nothing overrides it."""
-    return (
-        name in own
-        or name.upper() == "CLOISTER"
-        or name.upper().startswith("CLOISTER_")
-        or name.lower() in _PROXY_NAMES
-        or name == "HOME"
-    )
+    return name in own or set_by_cloister(name) is not None
 
 
 @dataclass(frozen=True, slots=True)

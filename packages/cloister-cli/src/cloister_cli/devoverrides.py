@@ -3,10 +3,10 @@
 The loader (:mod:`cloister_core.devcontainer`) has already decided what is kept; this
 turns the kept parts into :class:`~cloister_cli.cloisters.Extras`:
 
-* mounts: bind mounts read-only (the loader made them so), tmpfs as they are, named
-  volumes as ``cloister-<project>-<name>``, so two projects asking for ``cache`` do
-  not share one (an agent could leave something in a volume for another project's
-  agent to run);
+* mounts: bind mounts read-only (the loader made them so), tmpfs as they are (with
+  their size and mode), named volumes as ``cloister-<project>-<name>-<tag>``, so two
+  projects asking for ``cache`` do not share one (an agent could leave something in a
+  volume for another project's agent to run);
 * ``--shm-size`` and ``--hostname`` of ``runArgs`` as the SDK's keyword arguments;
 * ``containerEnv``, then ``remoteEnv`` (a ``null`` unsets a ``containerEnv`` one;
   ``${containerEnv:X}`` is read from ``containerEnv``, else the image's environment).
@@ -39,9 +39,17 @@ def volume_name(project: str, name: str) -> str:
 def mount_for(spec: MountSpec, project: str) -> Mount:
     if spec.kind == "volume":
         source = volume_name(project, spec.source) if spec.source else None
-        return Mount(spec.target, source, type="volume", read_only=spec.read_only)
+        return Mount(
+            spec.target, source, type="volume", read_only=spec.read_only, no_copy=spec.no_copy
+        )
     if spec.kind == "tmpfs":
-        return Mount(spec.target, None, type="tmpfs")
+        return Mount(
+            spec.target,
+            None,
+            type="tmpfs",
+            tmpfs_size=spec.tmpfs_size,
+            tmpfs_mode=spec.tmpfs_mode,
+        )
     return Mount(spec.target, spec.source, type="bind", read_only=True)  # always, see mounts
 
 

@@ -22,7 +22,9 @@ from cloister_core.errors import CloisterError
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
+    from cloister_cli.features.resolve import Installed
     from cloister_cli.previewing import Preview
+    from cloister_cli.services import ServicePlan
 
 MASK = "***"
 _SECRET_NAME = re.compile(
@@ -62,6 +64,8 @@ def _confinement(rest: dict[str, Any]) -> list[str]:
     flags: list[str] = []
     for capability in rest.pop("cap_drop", []):
         flags += ["--cap-drop", capability]
+    for capability in rest.pop("cap_add", []):
+        flags += ["--cap-add", capability]
     for option in rest.pop("security_opt", []):
         flags += ["--security-opt", option]
     for key, value in rest.pop("storage_opt", {}).items():
@@ -87,6 +91,7 @@ def docker_run_argv(kwargs: Mapping[str, Any], *, secret: str = "") -> list[str]
         "user": "--user",
         "working_dir": "--workdir",
         "network": "--network",
+        "network_mode": "--network",
         "mem_limit": "--memory",
         "pids_limit": "--pids-limit",
         "shm_size": "--shm-size",
@@ -107,12 +112,55 @@ def docker_run_argv(kwargs: Mapping[str, Any], *, secret: str = "") -> list[str]
         flags += ["--mount", mount_argument(mount)]
     for name, value in rest.pop("environment", {}).items():
         flags += ["--env", f"{name}={masked(name, value, secret)}"]
+    flags += _service_options(rest)
+    entrypoint = list(rest.pop("entrypoint", None) or [])
+    if entrypoint:  # docker run takes one word; the rest go before the command
+        flags += ["--entrypoint", entrypoint[0]]
+        command = [*entrypoint[1:], *command]
     if rest:
         raise CloisterError(f"the dry run cannot show docker run options {sorted(rest)}")
     return ["docker", "run", *flags, image, *command]
 
 
-_BOOLEAN_FLAGS = frozenset({"--detach", "--init"})
+_BOOLEAN_FLAGS = frozenset({"--detach", "--init", "--no-healthcheck"})
+_HEALTH_DURATIONS = {
+    "interval": "--health-interval",
+    "timeout": "--health-timeout",
+    "start_period": "--health-start-period",
+}
+
+
+def _service_options(rest: dict[str, Any]) -> list[str]:
+    """What only a compose service's container has: a network alias, a bounded log, a
+    healthcheck; taken out of *rest*."""
+    flags: list[str] = []
+    for network in (rest.pop("networking_config", None) or {}).values():
+        for alias in (network or {}).get("aliases") or []:
+            flags += ["--network-alias", alias]
+    log = rest.pop("log_config", None)
+    if log is not None:
+        flags += ["--log-driver", str(log["Type"])]
+        flags += [
+            item for key, value in log["Config"].items() for item in ("--log-opt", f"{key}={value}")
+        ]
+    health = rest.pop("healthcheck", None)
+    if health is not None:
+        test = list(health.get("test") or health.get("Test") or [])
+        if test[:1] == ["NONE"]:
+            flags.append("--no-healthcheck")
+        elif test:
+            shell = (
+                test[1]
+                if test[0] == "CMD-SHELL"
+                else shlex.join(test[1:] if test[0] == "CMD" else test)
+            )
+            flags += ["--health-cmd", shell]
+        for key, flag in _HEALTH_DURATIONS.items():
+            if health.get(key):
+                flags += [flag, f"{int(health[key]) / 1_000_000_000:g}s"]
+        if health.get("retries"):
+            flags += ["--health-retries", str(health["retries"])]
+    return flags
 
 
 def command_text(argv: list[str], *, multiline: bool = False) -> str:
@@ -133,6 +181,45 @@ def command_text(argv: list[str], *, multiline: bool = False) -> str:
             lines.append(shlex.join(argv[index:]))
             break
     return " \\\n    ".join(lines)
+
+
+def service_argv(plan: ServicePlan) -> list[str]:
+    """``docker run …`` of a compose service beside the cloister (whose container's id is
+    known only once it runs: shown as ``<cloister>``)."""
+    kwargs = plan.run_kwargs("<cloister>")
+    if "network" in kwargs:  # as services.start adds it
+        kwargs["networking_config"] = {kwargs["network"]: {"aliases": [plan.service.name]}}
+    return docker_run_argv(kwargs)
+
+
+def _services_json(preview: Preview) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": plan.service.name,
+            "container": plan.container,
+            "image": plan.image.tag,
+            "image_step": plan.image.step,
+            "shares_cloister_network": plan.service.shares_cloister_network,
+            "ports": list(plan.service.ports),
+            "docker_run": service_argv(plan),
+        }
+        for plan in preview.services
+    ]
+
+
+def _services_text(preview: Preview) -> list[str]:
+    out = []
+    for plan in preview.services:
+        service = plan.service
+        where = (
+            "in the cloister's network namespace"
+            if service.shares_cloister_network
+            else f"on the cloister's network as {service.name!r}"
+        )
+        out.append(f"service    {service.name} ({plan.container}), {where}, nothing published")
+        out.append(f"  - {plan.image.step}")
+        out.append(f"  - {command_text(service_argv(plan))}")
+    return out
 
 
 def to_json(preview: Preview) -> dict[str, Any]:
@@ -173,6 +260,7 @@ def to_json(preview: Preview) -> dict[str, Any]:
                 for item in devcontainer.lifecycle
             ],
         },
+        "features": _features_json(preview),
         "shape": {
             "changed": bool(preview.shape_difference),
             "difference": preview.shape_difference,
@@ -189,6 +277,7 @@ def to_json(preview: Preview) -> dict[str, Any]:
         "warnings": list(preview.warnings),
         "docker_run": argv,
         "command": command_text(argv),
+        "services": _services_json(preview),
     }
 
 
@@ -215,10 +304,14 @@ def render(preview: Preview) -> str:
         width = max((len(item.outcome) for item in devcontainer.overrides), default=0)
         for item in devcontainer.overrides:
             where = f"  (line {item.line})" if item.line else ""
+            if item.file is not None:  # a compose file's
+                where = f"  ({item.file}:{item.line})" if item.line else f"  ({item.file})"
             out.append(f"  {item.outcome:<{width}}  {item.field} {item.value!r}: {item.why}{where}")
         for command in devcontainer.lifecycle:
             stage = command.stage if command.name is None else f"{command.stage}:{command.name}"
             out.append(f"  runs     {stage}: {shlex.join(command.argv)}")
+    out += _features_lines(preview)
+    out += _services_text(preview)
     if preview.shape_difference:
         out.append("shape      changed since last approved: `cloister start` would ask")
         out += [f"  {line}" for line in preview.shape_difference.rstrip("\n").split("\n")]
@@ -240,3 +333,55 @@ def render(preview: Preview) -> str:
     argv = [printable(item) for item in docker_run_argv(plan.run_kwargs(), secret=preview.secret)]
     out.append(command_text(argv, multiline=True))
     return "\n".join(out) + "\n"
+
+
+def _feature_state(item: Installed) -> str:
+    if item.resolved is None:
+        return "not fetched"
+    if item.feature.kind == "local":
+        return "local"
+    # A dry run may fetch (on the host): what it fetched is in the cache for the start.
+    return "cached" if item.cached else "fetched now, into the cache"
+
+
+def _features_lines(preview: Preview) -> list[str]:
+    """The Features in install order: what each resolves to, its options' environment,
+    what its metadata asks for in the image (its other requests are overrides above)."""
+    features = preview.features
+    if features is None:
+        return []
+    out = [f"features   in install order (lock file {features.lock.path})"]
+    for number, item in enumerate(features.installs, start=1):
+        added = ", added by dependsOn" if item.dependency else ""
+        digest = f" {item.resolved.digest}" if item.resolved is not None else ""
+        out.append(f"  {number}. {item.feature.id}{digest} ({_feature_state(item)}{added})")
+        if item.resolved is not None and item.feature.kind != "local":
+            out.append(f"       resolved  {item.resolved_as}")
+        for name, value in item.environment.items():
+            out.append(f"       option    {name}={masked(name, value, preview.secret)}")
+        for name, value in item.container_env.items():
+            out.append(f"       ENV       {name}={masked(name, value, preview.secret)}")
+        out += [f"       note      {note}" for note in item.notes]
+    if features.lock_text is not None:
+        out.append("  `cloister start` would write the lock file (the new pins above)")
+    return out
+
+
+def _features_json(preview: Preview) -> list[dict[str, Any]] | None:
+    features = preview.features
+    if features is None:
+        return None
+    return [
+        {
+            "id": item.feature.id,
+            "kind": item.feature.kind,
+            "digest": item.resolved.digest if item.resolved is not None else None,
+            "resolved": item.resolved_as,
+            "state": _feature_state(item),
+            "dependency": item.dependency,
+            "options": dict(item.environment),
+            "container_env": dict(item.container_env),
+            "notes": list(item.notes),
+        }
+        for item in features.installs
+    ]

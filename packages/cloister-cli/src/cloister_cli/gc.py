@@ -16,6 +16,9 @@ them:
   snapshot needs, and scratch directories of snapshots that were interrupted;
 * a *stale port forwarder* (``cloister port``) whose cloister is gone is removed: the
   address it joins may be another cloister's by now;
+* a *stale service* (a compose devcontainer's other service,
+  :mod:`cloister_cli.services`) whose cloister is gone, or is another container now, is
+  removed with its anonymous volumes;
 * a *stale network* (a cloister's own, :mod:`cloister_cli.networks`) whose cloister is
   gone is removed, once it is older than a start takes to run its container on it;
 * *stand-ins* a stopped cloister's session recorded making for its protected paths,
@@ -36,7 +39,17 @@ from pathlib import Path
 
 import docker.errors
 
-from cloister_cli import cloisters, git, gitdirs, gitmounts, lifecycle, listing, networks, ports
+from cloister_cli import (
+    cloisters,
+    git,
+    gitdirs,
+    gitmounts,
+    lifecycle,
+    listing,
+    networks,
+    ports,
+    services,
+)
 from cloister_cli.context import Context
 from cloister_cli.doctor import PROBE_TIMEOUT
 from cloister_cli.lifecycle import StopOutcome
@@ -81,6 +94,7 @@ class Survey:
     syncs: list[str] = field(default_factory=list)  # export containers left behind
     probes: list[str] = field(default_factory=list)  # `cloister doctor` sidecars left behind
     stale_networks: list[str] = field(default_factory=list)  # networks of gone cloisters
+    stale_services: list[str] = field(default_factory=list)  # compose services of gone ones
     # Stand-ins stopped cloisters left in their work trees, by cloister.
     stand_ins: dict[str, list[Path]] = field(default_factory=dict)
 
@@ -95,6 +109,7 @@ class Survey:
             or self.syncs
             or self.probes
             or self.stale_networks
+            or self.stale_services
             or self.stand_ins
         )
 
@@ -110,6 +125,7 @@ class Collected:
     syncs: int = 0
     probes: int = 0
     networks: list[str] = field(default_factory=list)
+    services: list[str] = field(default_factory=list)
     stand_ins: list[Path] = field(default_factory=list)
 
 
@@ -226,6 +242,10 @@ def survey(context: Context, *, now: datetime | None = None) -> Survey:
         syncs=_finished_syncs(context, now),
         probes=_left_probes(context, now),
         stale_networks=_stale_networks(context, now),
+        stale_services=sorted(
+            container.name or container.short_id
+            for container in services.stale(context.docker, context.instance)
+        ),
         stand_ins={
             name: gitmounts.stand_ins(paths)
             for name, paths in lifecycle.left_stand_ins(context).items()
@@ -294,6 +314,8 @@ def collect(
     # After the dead cloisters' stop (which removes their forwarders): what is left belongs
     # to a cloister removed outside Cloister, and may reach another one's address by now.
     done.forwarders = ports.remove_stale(context.docker, context.instance)
+    # Before the networks: a service left on one keeps it from going.
+    done.services = services.remove_containers(services.stale(context.docker, context.instance))
     for name in found.stale_networks:
         cloister = name.removeprefix(context.instance.project + "-")
         gone = cloisters.find(context.docker, context.instance, cloister) is None

@@ -27,6 +27,7 @@ from cloister_cli import (
     listing,
     ports,
     safeguards,
+    services,
     sessions,
 )
 from cloister_cli.cloisters import CloisterStartError
@@ -165,6 +166,8 @@ def stop(context: Context, name: str) -> StopOutcome:
     instance = context.instance
     # Its published ports (`cloister port`) first: their forwarders are on its network.
     ports.remove_all(context.docker, instance, name)
+    # Its compose services too (on its network, or in its network namespace).
+    services.remove_all(context.docker, instance, name)
     result = cloisters.stop(context.docker, context.paths, instance, name)
     # A sync running now (the watch's) would hold the last one up: its container goes,
     # and the sync gives up at once (a FIFO of the agent's can keep git waiting).

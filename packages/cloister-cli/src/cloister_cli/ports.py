@@ -29,6 +29,11 @@ answers, a service worker) for the hub to find later, so every host port a forwa
 is remembered (:func:`remember`, ``<data>/guardian/agent-ports``) and ``guardian
 start`` refuses a ``guardian.ui_port`` among them (:func:`served_agents`).
 
+A compose devcontainer's service (:mod:`cloister_cli.services`) is on the cloister's
+network too: ``--service SVC`` joins the forwarder to that service's address there (to
+the cloister's, for a service in the cloister's network namespace), taken from the engine
+as the cloister's is.
+
 ``cloister stop`` removes a cloister's forwarders (:func:`remove_all`), and so does
 ``cloister uninstall``. One whose cloister went without ``cloister stop`` is listed as
 stale and replaced when that cloister's port is published again.
@@ -121,10 +126,13 @@ class ForwarderPlan:
     gateway: str  # the ports network's: the forwarder listens on its address toward it
     image: str
     user: str
+    service: str | None = (
+        None  # a compose service's port (cloister_cli.services), not the cloister's
+    )
 
     @property
     def container(self) -> str:
-        return self.instance.forwarder(self.cloister, self.spec.port)
+        return self.instance.forwarder(self.cloister, self.spec.port, self.service)
 
     @property
     def target(self) -> str:
@@ -132,12 +140,14 @@ class ForwarderPlan:
 
     @property
     def labels(self) -> dict[str, str]:
+        service = {stack.LABEL_FORWARD_SERVICE: self.service} if self.service else {}
         return {
             **self.instance.labels,
             stack.LABEL_FORWARD: self.cloister,
             stack.LABEL_FORWARD_PORT: str(self.spec.port),
             stack.LABEL_FORWARD_TARGET: self.target,
             stack.LABEL_FORWARD_CONTAINER: self.cloister_id,
+            **service,
         }
 
     def create_kwargs(self) -> dict[str, Any]:
@@ -174,13 +184,20 @@ def plan(
     *,
     gateway: str,
     image: str,
+    service: Container | None = None,
 ) -> ForwarderPlan:
-    """The forwarder of *spec* for the running container *cloister* of cloister *name*."""
+    """The forwarder of *spec* for the running container *cloister* of cloister *name*
+    (for its compose *service*'s container, when given)."""
     address = networks.cloister_address(cloister.attrs, instance.cloister(name))
+    service_name = None
+    if service is not None:
+        service_name = service.labels.get(stack.LABEL_SERVICE)
+        mode = str((service.attrs.get("HostConfig") or {}).get("NetworkMode") or "")
+        if not mode.startswith("container:"):  # else: in the cloister's own namespace
+            address = networks.cloister_address(service.attrs, instance.cloister(name))
     if address is None:
-        raise PortError(
-            f"cloister {name!r} has no address on its network {instance.cloister(name)!r}"
-        )
+        who = f"service {service_name!r} of cloister {name!r}" if service else f"cloister {name!r}"
+        raise PortError(f"{who} has no address on its network {instance.cloister(name)!r}")
     return ForwarderPlan(
         instance=instance,
         cloister=name,
@@ -190,6 +207,7 @@ def plan(
         gateway=gateway,
         image=image,
         user=f"{os.getuid()}:{os.getgid()}",
+        service=service_name,
     )
 
 
@@ -205,6 +223,7 @@ class Forward:
     host_port: int | None  # None: not published now (the forwarder does not run)
     status: str  # the forwarder's (running, exited, …), or stale: its cloister is gone
     container: str
+    service: str | None = None  # the compose service whose port it is; None: the cloister's
 
     @property
     def host(self) -> str | None:
@@ -226,6 +245,7 @@ class Forward:
             "url": self.url,
             "status": self.status,
             "container": self.container,
+            "service": self.service,
         }
 
 
@@ -255,6 +275,7 @@ def _forward(forwarder: Container, cloister: Container | None) -> Forward:
         host_port=_host_port(forwarder) if running else None,
         status=forwarder.status if _is_current(forwarder, cloister) else "stale",
         container=forwarder.name or forwarder.short_id,
+        service=labels.get(stack.LABEL_FORWARD_SERVICE),
     )
 
 
@@ -279,7 +300,9 @@ def forwards(
         if owner not in found:
             found[owner] = cloisters.find(client, instance, owner)
         listed.append(_forward(forwarder, found[owner]))
-    return sorted(listed, key=lambda forward: (forward.cloister, forward.port))
+    return sorted(
+        listed, key=lambda forward: (forward.cloister, forward.service or "", forward.port)
+    )
 
 
 # -- the approval UI's port --------------------------------------------------------------------
@@ -418,14 +441,22 @@ def ensure_network(client: docker.DockerClient, instance: stack.Instance) -> str
 
 
 def _existing(
-    client: docker.DockerClient, instance: stack.Instance, name: str, port: int
+    client: docker.DockerClient,
+    instance: stack.Instance,
+    name: str,
+    port: int,
+    service: str | None = None,
 ) -> Container | None:
     try:
-        container: Container = client.containers.get(instance.forwarder(name, port))
+        container: Container = client.containers.get(instance.forwarder(name, port, service))
     except docker.errors.NotFound:
         return None
     labels = container.labels
-    if labels.get(stack.LABEL_FORWARD) != name or labels.get(stack.LABEL_INSTANCE) != instance.id:
+    if (
+        labels.get(stack.LABEL_FORWARD) != name
+        or labels.get(stack.LABEL_INSTANCE) != instance.id
+        or labels.get(stack.LABEL_FORWARD_SERVICE) != service
+    ):
         raise PortError(f"container {container.name} exists and is not this port's forwarder")
     return container
 
@@ -485,18 +516,21 @@ def publish(
     *,
     image: str,
     ui_port: int,
+    service: str | None = None,
 ) -> Published:
-    """Publish port *spec.port* of the running cloister *name* on the host's 127.0.0.1.
+    """Publish port *spec.port* of the running cloister *name* (of its compose service
+    *service*, when given) on the host's 127.0.0.1.
 
     Publishing a port again answers with the forward there is, unless another HOSTPORT
     was given (0 is any); then it is an error. An approval UI's port (*ui_port*, this
     instance's ``guardian.ui_port``, or any hub's on the engine) is refused.
     """
     cloister = running_cloister(client, instance, name)
+    beside = _running_service(client, instance, name, service) if service is not None else None
     for forwarder in _forwarders(client, instance, name):
         if not _is_current(forwarder, cloister):  # left by an earlier cloister of this name
             _remove_quietly(forwarder)
-    current = _existing(client, instance, name, spec.port)
+    current = _existing(client, instance, name, spec.port, service)
     if current is not None:
         existing = _forward(current, cloister)
         if existing.status != "running" or existing.host_port is None:
@@ -511,7 +545,13 @@ def publish(
     hubs = hub_ports(client, instance, ui_port)
     _refuse_hub_port(hubs, name, spec, spec.host_port)
     forwarder_plan = plan(
-        instance, cloister, name, spec, gateway=ensure_network(client, instance), image=image
+        instance,
+        cloister,
+        name,
+        spec,
+        gateway=ensure_network(client, instance),
+        image=image,
+        service=beside,
     )
     try:
         container: Container = client.containers.create(**forwarder_plan.create_kwargs())
@@ -571,14 +611,41 @@ def remember(paths: CloisterPaths, host_port: int) -> None:
 # -- removing ----------------------------------------------------------------------------------
 
 
-def remove(client: docker.DockerClient, instance: stack.Instance, name: str, port: int) -> Forward:
-    """Stop publishing port *port* of cloister *name*; what was published."""
+def _running_service(
+    client: docker.DockerClient, instance: stack.Instance, name: str, service: str
+) -> Container:
+    from cloister_cli import services  # noqa: PLC0415 - only for a service's port
+
+    container = services.find_one(client, instance, name, service)
+    if container is None or container.status != "running":
+        state = "runs no" if container is None else f"has a {container.status}"
+        raise PortError(
+            f"cloister {name!r} {state} compose service {service!r} (`cloister logs {name}"
+            f" --service {service}` shows what it said)"
+        )
+    return container
+
+
+def remove(
+    client: docker.DockerClient,
+    instance: stack.Instance,
+    name: str,
+    port: int,
+    service: str | None = None,
+) -> Forward:
+    """Stop publishing port *port* of cloister *name* (of its compose *service*, when
+    given); what was published."""
     for forwarder in _forwarders(client, instance, name):
-        if forwarder.labels.get(stack.LABEL_FORWARD_PORT) == str(port):
+        labels = forwarder.labels
+        if (
+            labels.get(stack.LABEL_FORWARD_PORT) == str(port)
+            and labels.get(stack.LABEL_FORWARD_SERVICE) == service
+        ):
             forward = _forward(forwarder, cloisters.find(client, instance, name))
             _remove_quietly(forwarder)
             return forward
-    raise PortError(f"cloister {name!r} publishes no port {port} (`cloister port {name} --list`)")
+    whose = f"cloister {name!r}" if service is None else f"service {service!r} of cloister {name!r}"
+    raise PortError(f"{whose} publishes no port {port} (`cloister port {name} --list`)")
 
 
 def remove_all(

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cloister_cli import (
@@ -16,12 +16,15 @@ from cloister_cli import (
     gitmounts,
     projectimages,
     safeguards,
+    services,
     sessions,
     shape,
     starting,
 )
 from cloister_cli.cloisters import Workspace
 from cloister_cli.context import Context
+from cloister_cli.features import resolve
+from cloister_cli.features.resolve import FeaturePlan
 from cloister_cli.gitmounts import GitPlan, Protection
 from cloister_cli.images import AGENT_IMAGES, is_current, source_fingerprint
 from cloister_cli.refs import check_refs
@@ -49,6 +52,8 @@ class Preview:
     notes: tuple[str, ...]
     warnings: tuple[str, ...]
     protections: tuple[Protection, ...] = ()  # what would be read-only in the work tree
+    services: tuple[services.ServicePlan, ...] = ()  # a compose devcontainer's others
+    features: FeaturePlan | None = None  # the devcontainer's Features, when it has any
 
 
 def preview(context: Context, directory: Path, options: StartOptions | None = None) -> Preview:
@@ -80,14 +85,27 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
     if running:
         notes.append(f"cloister {name} runs already: `cloister start` would attach to it")
     devcontainer = load_project_devcontainer(context, project.root, options)
-    old = shape.load_approved(context.paths, project.name)
-    extra = [*starting.shape_extra(options), *build_inputs(devcontainer)]
-    difference = shape.difference(old, shape.read_shape(project.root, extra))
+    features = resolve.for_start(
+        context, project.root, devcontainer, starting.host_environment(), dry_run=True
+    )
+    scope = starting.shape_scope(options)
+    old = shape.load_approved(context.paths, project.name, scope)
+    extra = [
+        *starting.shape_extra(options),
+        *build_inputs(devcontainer),
+        *resolve.lock_input(devcontainer),
+    ]
+    difference = shape.difference(old, shape.read_shape(project.root, extra, scope=scope))
     check_refs(context.paths, project, context.home)
     base = options.image or context.config.defaults.image
     if devcontainer is not None and options.image:
         warnings.append(f"--image {options.image} is not used: the devcontainer's image is")
-    image = starting.plan_image(context, workspace, devcontainer, base)
+    if features is not None and not features.complete:
+        image = _unbuildable(context, workspace, devcontainer, base)
+    else:
+        image = starting.plan_image(context, workspace, devcontainer, base, features)
+    if devcontainer is not None and features is not None:
+        devcontainer = resolve.with_requests(devcontainer, features)
     agent_image: str | None = None
     if image.base is not None and not _agent_image_current(context, image.base):
         agent_image = image.base
@@ -113,6 +131,11 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
         guards,
     )
     plan, extra_notes = starting.plan_container(context, workspace, name, parts)
+    try:
+        service_plans = starting.plan_services(context, workspace, name, devcontainer)
+    except services.ServiceError as error:  # shown: the start would fail the same way
+        service_plans = []
+        warnings.append(f"`cloister start` would fail: {error}")
     return Preview(
         name=name,
         workspace=workspace,
@@ -120,6 +143,7 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
         image=image,
         agent_image=agent_image,
         devcontainer=devcontainer,
+        features=features,
         shape_difference=difference,
         running=running,
         guardian_running=context.guardian.is_running(),
@@ -127,6 +151,7 @@ def preview(context: Context, directory: Path, options: StartOptions | None = No
         notes=(*notes, *extra_notes),
         warnings=tuple(warnings),
         protections=tuple(git_plan.protections),
+        services=tuple(service_plans),
     )
 
 
@@ -158,6 +183,20 @@ def _git_plan(
             context.paths.git_pointer(name),
         )
     return git_plan
+
+
+def _unbuildable(
+    context: Context, workspace: Workspace, devcontainer: Devcontainer | None, base: str
+) -> projectimages.ImagePlan:
+    """The plan shown when a Feature could not be fetched: the rest of the image as
+    planned without the Features, the start would fail (the Features say why)."""
+    assert devcontainer is not None  # noqa: S101 - only with Features
+    plain = starting.plan_image(context, workspace, replace(devcontainer, features=()), base)
+    return replace(
+        plain,
+        cached=False,
+        steps=(*plain.steps[:-1], "the Features not fetched: `cloister start` would fail"),
+    )
 
 
 def _agent_image_current(context: Context, image: str) -> bool:

@@ -17,6 +17,11 @@ agent could point ``devcontainer.json`` at a file nobody compares. Everything is
 bounded (bytes kept, bytes read, entries, depth); what a bound leaves out is still
 compared, by digest or by ``lstat``, and a tree too large even for that makes the
 shape differ every time, so the start asks every time.
+
+A start with ``--no-devcontainer`` reads only ``.cloister/`` (scope ``cloister``): it
+never asks about a file it does not use, and what it approves is kept apart from the
+approval of every source, so the next start with the devcontainer still compares the
+devcontainer's files with the last approval that saw them.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import secrets
 import stat
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal, cast
 
 from cloister_core.beneath import open_directory
 from cloister_core.errors import CloisterError
@@ -42,7 +48,19 @@ from cloister_core.printable import printable
 
 # Relative to the project root: what the devcontainer loader and Cloister's project
 # files are read from. An explicit ``--devcontainer`` path is added by the caller.
-SHAPE_SOURCES: tuple[str, ...] = (".devcontainer", ".devcontainer.json", ".cloister")
+SHAPE_SOURCES: tuple[str, ...] = (
+    ".devcontainer",
+    ".devcontainer.json",
+    ".devcontainer-lock.json",  # the Feature lock of a root .devcontainer.json
+    ".cloister",
+)
+# With --no-devcontainer only these are read: nobody is asked about a file not used.
+CLOISTER_SOURCES: tuple[str, ...] = (".cloister",)
+
+Scope = Literal["all", "cloister"]
+"""What a shape covers: ``all`` its sources, ``cloister`` only :data:`CLOISTER_SOURCES`
+(a start with ``--no-devcontainer``). The record keeps the last approval of each, so an
+approval that never saw the devcontainer files does not count for a start that uses them."""
 
 FILE_LIMIT = 1024 * 1024  # a file up to this size is kept (and diffed) as text
 TEXT_BUDGET = 8 * FILE_LIMIT  # text kept over all files; beyond it, a sha256
@@ -60,7 +78,7 @@ NOTE = "\0"
 _CHUNK = 256 * 1024
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_RECORD_VERSION = 1
+_RECORD_VERSION = 2  # 1: one shape, of every source (read as scope "all")
 
 
 class ShapeChangedError(CloisterError):
@@ -77,6 +95,7 @@ class Shape:
 
     files: Mapping[str, str]
     overflow: str = ""
+    scope: Scope = "all"
 
     @property
     def digest(self) -> str:
@@ -102,15 +121,16 @@ def is_note(value: str) -> bool:
 # -- reading -----------------------------------------------------------------------------
 
 
-def read_shape(root: Path, extra: Sequence[Path] = ()) -> Shape:
-    """The shape of the project at *root*: :data:`SHAPE_SOURCES` and the *extra* paths.
+def read_shape(root: Path, extra: Sequence[Path] = (), *, scope: Scope = "all") -> Shape:
+    """The shape of the project at *root*: :data:`SHAPE_SOURCES` (only
+    :data:`CLOISTER_SOURCES` for *scope* ``cloister``) and the *extra* paths.
 
     A relative *extra* path is taken from the current directory (as ``--devcontainer``
     is); one inside the project is recorded by its project path, one outside by its
     absolute path (read without following a link either).
     """
     reader = _Reader(Path(os.path.realpath(root)))
-    for source in SHAPE_SOURCES:
+    for source in SHAPE_SOURCES if scope == "all" else CLOISTER_SOURCES:
         reader.visit(reader.project, source)
     for path in extra:
         absolute = Path(os.path.normpath(path.absolute()))
@@ -121,7 +141,7 @@ def read_shape(root: Path, extra: Sequence[Path] = ()) -> Shape:
         else:
             reader.visit(_Place(parent, f"{parent}/".replace("//", "/")), absolute.name)
     reader.follow_links()
-    return reader.shape()
+    return replace(reader.shape(), scope=scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,14 +356,43 @@ def approved_file(paths: CloisterPaths, project: str) -> Path:
     return paths.data_dir / "shapes" / f"{validate_name(project, what='project')}.json"
 
 
-def load_approved(paths: CloisterPaths, project: str) -> Shape | None:
-    """The shape the human last approved; None if none (or the record is unusable,
-    which then asks again rather than trusting it)."""
+def _record(paths: CloisterPaths, project: str) -> dict[str, object]:
+    """The approved record's shapes by scope (empty when none or unusable)."""
     try:
         document = json.loads(approved_file(paths, project).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    if not isinstance(document, dict):
+        return {}
+    if document.get("version") == 1:
+        return {"all": document}  # before scopes, every source was read
+    shapes = document.get("shapes") if document.get("version") == _RECORD_VERSION else None
+    return shapes if isinstance(shapes, dict) else {}
+
+
+def _cloister_part(document: object) -> dict[str, object] | None:
+    """The files of :data:`CLOISTER_SOURCES` in a recorded shape of scope ``all``."""
+    files = document.get("files") if isinstance(document, dict) else None
+    if not isinstance(files, dict):
         return None
-    if not isinstance(document, dict) or document.get("version") != _RECORD_VERSION:
+    kept = {
+        key: value
+        for key, value in cast("dict[object, object]", files).items()
+        if isinstance(key, str) and key.split("/")[0] in CLOISTER_SOURCES
+    }
+    return {"files": kept}
+
+
+def load_approved(paths: CloisterPaths, project: str, scope: Scope = "all") -> Shape | None:
+    """The shape of *scope* the human last approved; None if none (or the record is
+    unusable, which then asks again rather than trusting it)."""
+    record = _record(paths, project)
+    document = record.get(scope)
+    if document is None and scope == "cloister":
+        # Never started without the devcontainer: the approval of Cloister's own files
+        # in the last start with it counts (a place a link led to is then new: asked).
+        document = _cloister_part(record.get("all"))
+    if not isinstance(document, dict):
         return None
     files = document.get("files")
     overflow = document.get("overflow", "")
@@ -351,12 +400,15 @@ def load_approved(paths: CloisterPaths, project: str) -> Shape | None:
         return None
     if not all(isinstance(key, str) and isinstance(value, str) for key, value in files.items()):
         return None
-    return Shape(files=files, overflow=overflow)
+    return Shape(files=files, overflow=overflow, scope=scope)
 
 
 def save_approved(paths: CloisterPaths, project: str, shape: Shape) -> None:
-    """Keep *shape* as the approved one (atomic, 0600)."""
-    document = {"version": _RECORD_VERSION, "files": dict(shape.files), "overflow": shape.overflow}
+    """Keep *shape* as the approved one of its scope (atomic, 0600); the other scope's
+    approval is kept as it was."""
+    shapes = _record(paths, project)
+    shapes[shape.scope] = {"files": dict(shape.files), "overflow": shape.overflow}
+    document = {"version": _RECORD_VERSION, "shapes": shapes}
     # ensure_ascii: a name that is not UTF-8 (a lone surrogate) survives as an escape.
     text = json.dumps(document, ensure_ascii=True, indent=1, sort_keys=True) + "\n"
     atomic_write(approved_file(paths, project), text, mode=0o600, dir_mode=0o700)
@@ -458,8 +510,12 @@ def check_shape(
     confirm: Callable[[str], bool] | None,
     assume_yes: bool = False,
     command: str = "start",
+    scope: Scope = "all",
 ) -> Shape:
     """The current shape of *root*, accepted: unchanged, ``--yes``, or confirmed.
+
+    *scope* ``cloister`` (``--no-devcontainer``) reads and compares only
+    :data:`CLOISTER_SOURCES`, against the last approval of that scope.
 
     *command* is the ``cloister`` command asking (``start``, ``images build``); the
     refusal names it.
@@ -470,8 +526,8 @@ def check_shape(
     shape with :func:`save_approved` once the cloister has started, and uses the
     files right after this check (the shape read here is the one approved).
     """
-    old = load_approved(paths, project)
-    shape = read_shape(root, extra)
+    old = load_approved(paths, project, scope)
+    shape = read_shape(root, extra, scope=scope)
     shown = difference(old, shape)
     if not shown or assume_yes:
         return shape

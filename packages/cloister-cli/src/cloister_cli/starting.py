@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 import docker.errors
+from docker.models.containers import Container
 
 from cloister_cli import (
     accounts,
@@ -28,12 +29,15 @@ from cloister_cli import (
     projectimages,
     projects,
     safeguards,
+    services,
     sessions,
     shape,
     snapshots,
 )
 from cloister_cli.cloisters import CloisterStartError, Forbidden, Workspace
 from cloister_cli.context import Context
+from cloister_cli.features import resolve
+from cloister_cli.features.resolve import FeaturePlan
 from cloister_cli.gitmounts import GitPlan, Protection
 from cloister_cli.inside.guardrails import guardrails_for
 from cloister_cli.lifecycle import (
@@ -215,8 +219,22 @@ def load_project_devcontainer(
     return loaded
 
 
+def load_with_features(
+    context: Context, root: Path, options: StartOptions
+) -> tuple[Devcontainer | None, FeaturePlan | None]:
+    """The project's devcontainer and its Features, resolved (the lock file written on
+    first use; :func:`cloister_cli.features.resolve.for_start`)."""
+    devcontainer = load_project_devcontainer(context, root, options)
+    return devcontainer, resolve.for_start(context, root, devcontainer, host_environment())
+
+
 def shape_extra(options: StartOptions) -> list[Path]:
     return [options.devcontainer] if options.devcontainer is not None else []
+
+
+def shape_scope(options: StartOptions) -> shape.Scope:
+    """``cloister`` with --no-devcontainer: the shape leaves out the file not used."""
+    return "cloister" if options.no_devcontainer else "all"
 
 
 # What ``${localEnv:X}`` in a devcontainer.json may read of this machine's environment:
@@ -261,7 +279,11 @@ def checked_devcontainer(
 
 
 def plan_image(
-    context: Context, workspace: Workspace, devcontainer: Devcontainer | None, base: str
+    context: Context,
+    workspace: Workspace,
+    devcontainer: Devcontainer | None,
+    base: str,
+    features: FeaturePlan | None = None,
 ) -> projectimages.ImagePlan:
     return projectimages.plan_project_image(
         context.docker,
@@ -271,6 +293,7 @@ def plan_image(
         devcontainer=devcontainer,
         base_image=base,
         source=context.source,
+        features=features,
     )
 
 
@@ -280,10 +303,12 @@ def ensure_image(
     devcontainer: Devcontainer | None,
     base: str,
     progress: Progress,
+    *,
+    features: FeaturePlan | None = None,
 ) -> projectimages.ImagePlan:
     """The image the cloister runs, built when missing: Cloister's agent image first
     when the project's image starts from it, then the project's own layers."""
-    planned = plan_image(context, workspace, devcontainer, base)
+    planned = plan_image(context, workspace, devcontainer, base, features)
     if planned.base is not None:
         ensure_agent_image(context, planned.base, progress)
     return projectimages.ensure_project_image(
@@ -295,6 +320,7 @@ def ensure_image(
         base_image=base,
         source=context.source,
         progress=progress,
+        features=features,
     )
 
 
@@ -495,6 +521,55 @@ def check_engine(context: Context, name: str, warnings: list[str]) -> None:
         raise CloisterStartError(doctor.start_failure(name, failed))
 
 
+def check_and_complete(
+    context: Context,
+    name: str,
+    container: Container,
+    service_plans: list[services.ServicePlan],
+    *,
+    warnings: list[str],
+    progress: Progress,
+) -> None:
+    """Once the cloister runs: the engine's start check, then its compose services."""
+    check_engine(context, name, warnings)
+    start_services(context, name, container, service_plans, progress)
+
+
+def plan_services(
+    context: Context, workspace: Workspace, name: str, devcontainer: Devcontainer | None
+) -> list[services.ServicePlan]:
+    """The compose devcontainer's other services, planned (nothing built or made)."""
+    if devcontainer is None or not devcontainer.services:
+        return []
+    return services.plan(
+        context.docker,
+        context.instance,
+        cloister=name,
+        project=workspace.project.name,
+        root=workspace.project.root,
+        services=devcontainer.services,
+        limits=context.config.defaults,
+    )
+
+
+def start_services(
+    context: Context,
+    name: str,
+    container: Container,
+    plans: list[services.ServicePlan],
+    progress: Progress,
+) -> None:
+    """Run the services beside the cloister; one that fails stops the cloister (and
+    them), as a failed start leaves nothing running."""
+    if not plans:
+        return
+    try:
+        services.start(context.docker, plans, container, progress=progress)
+    except BaseException:
+        stop(context, name)
+        raise
+
+
 def start(
     context: Context,
     directory: Path,
@@ -530,21 +605,34 @@ def start(
         return StartOutcome(name, running, workspace, False, tuple(warnings))
     left_behind = finish_earlier(context, name, warnings)
     root = workspace.project.root
-    devcontainer = load_project_devcontainer(context, root, options)
+    # With its Features resolved before the shape check: a lock file written on first use
+    # is part of what is approved.
+    devcontainer, features = load_with_features(context, root, options)
     # Before anything is built: the agent may have changed what the build reads, here
     # or anywhere its devcontainer.json points the build at.
     approved = shape.check_shape(
         context.paths,
         workspace.project.name,
         root,
-        extra=[*shape_extra(options), *build_inputs(devcontainer)],
+        extra=[
+            *shape_extra(options),
+            *build_inputs(devcontainer),
+            *resolve.lock_input(devcontainer),
+        ],
         confirm=options.confirm,
         assume_yes=options.assume_yes,
+        scope=shape_scope(options),
     )
-    devcontainer = checked_devcontainer(
-        devcontainer,
-        # Quiet: its warnings were shown once.
-        lambda: load_project_devcontainer(context, root, replace(options, on_devcontainer=None)),
+    devcontainer = resolve.applied(
+        checked_devcontainer(
+            devcontainer,
+            # Quiet: its warnings were shown once.
+            lambda: load_project_devcontainer(
+                context, root, replace(options, on_devcontainer=None)
+            ),
+        ),
+        features,
+        warnings,  # what the Features' metadata asked for and did not get
     )
     check_refs(context.paths, workspace.project, context.home)  # before minutes of building
     snapshot = keep_snapshot(context, workspace, name, warnings)
@@ -554,7 +642,11 @@ def start(
     base = options.image or context.config.defaults.image
     if devcontainer is not None and options.image:
         warnings.append(f"--image {options.image} is not used: the devcontainer's image is")
-    image = ensure_image(context, workspace, devcontainer, base, progress)
+    # The services' images checked before the cloister is made: a missing one fails now.
+    image, service_plans = (
+        ensure_image(context, workspace, devcontainer, base, progress, features=features),
+        plan_services(context, workspace, name, devcontainer),
+    )
     project_config = load_project_config(context.paths, workspace.project.name)
     record = cloisters.new_token(workspace, name).for_agent(options.agent)
     agent_plan = plan_agent(context, workspace, record, project_config, options.agent, write=True)
@@ -609,7 +701,9 @@ def start(
         safeguards.remove_marker(context.paths, name)
         raise
     shape.save_approved(context.paths, workspace.project.name, approved)
-    check_engine(context, name, warnings)
+    check_and_complete(
+        context, name, container, service_plans, warnings=warnings, progress=progress
+    )
     return StartOutcome(
         name,
         container.name or plan.container,

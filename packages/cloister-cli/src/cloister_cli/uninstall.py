@@ -268,7 +268,8 @@ def remove_forwarders(client: docker.DockerClient, instance: stack.Instance) -> 
     def remove(name: str) -> None:
         client.containers.get(name).remove(force=True)
 
-    for label in (stack.LABEL_FORWARD, stack.LABEL_SYNC):  # and syncs a killed CLI left
+    # And syncs a killed CLI left, and compose services whose cloister is gone.
+    for label in (stack.LABEL_FORWARD, stack.LABEL_SYNC, stack.LABEL_SERVICE_OF):
         found = client.containers.list(all=True, filters={"label": [instance.label_filter, label]})
         for container in found:
             yield _remove("container", container.name or container.short_id, remove)

@@ -78,6 +78,13 @@ LABEL_FORWARD = "org.cloister.forward"  # the cloister whose port it publishes
 LABEL_FORWARD_PORT = "org.cloister.forward.port"  # that port, in the cloister
 LABEL_FORWARD_TARGET = "org.cloister.forward.target"  # the cloister's address:port it joins
 LABEL_FORWARD_CONTAINER = "org.cloister.forward.container"  # the cloister container's id
+LABEL_FORWARD_SERVICE = "org.cloister.forward.service"  # the compose service, when not the cloister
+
+# A compose devcontainer's other services (`runServices`), each a container beside its
+# cloister (cloister_cli.services); like a forwarder, never carrying LABEL_CLOISTER.
+LABEL_SERVICE_OF = "org.cloister.service-of"  # the cloister it runs beside
+LABEL_SERVICE = "org.cloister.service"  # its name in the compose file
+LABEL_SERVICE_CONTAINER = "org.cloister.service.container"  # the cloister container's id
 
 
 def credentials_url(agent_prefix: str) -> str:
@@ -129,13 +136,23 @@ class Instance:
         """Cloister *name*'s container, and its network: ``cloister-<id>-<name>``."""
         return f"{self.project}-{validate_cloister_name(name)}"
 
-    def forwarder(self, cloister: str, port: int) -> str:
-        """The forwarder of a cloister's port: ``cloister-<id>-guardian-port-my-api-8000``.
+    def forwarder(self, cloister: str, port: int, service: str | None = None) -> str:
+        """The forwarder of a cloister's port: ``cloister-<id>-guardian-port-my-api-8000``
+        (``...-my-api-5432.db`` for the port of its compose service ``db``).
 
         In the guardian's namespace, which no cloister's name can enter; the port, which
         holds no ``-``, keeps the names of two (cloister, port) pairs apart.
         """
-        return f"{self.service('port')}-{cloister}-{port}"
+        name = f"{self.service('port')}-{cloister}-{port}"
+        return name if service is None else f"{name}.{service}"
+
+    def sidecar(self, cloister: str, service: str) -> str:
+        """A compose service beside a cloister: ``cloister-<id>-guardian-svc-my-api-db``.
+
+        In the guardian's namespace, like a forwarder: never a cloister's container or
+        network name (``cloister-<id>-my-api-db`` could be cloister ``my-api-db``'s).
+        """
+        return f"{self.service('svc')}-{cloister}-{service}"
 
     def sync_prefix(self, cloister: str) -> str:
         """The start of a sync container's name (`cloister sync`'s export)."""

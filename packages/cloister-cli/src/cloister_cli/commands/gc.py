@@ -30,6 +30,7 @@ def _survey_json(found: Survey) -> dict[str, Any]:
         "sync_containers": found.syncs,
         "probe_containers": found.probes,
         "stale_networks": found.stale_networks,
+        "stale_services": found.stale_services,
         "stand_ins": {
             name: [str(path) for path in paths] for name, paths in found.stand_ins.items()
         },
@@ -53,6 +54,8 @@ def _print_survey(found: Survey) -> None:
         click.echo(f"port forwarder {name}: its cloister is gone")
     for name in found.stale_networks:
         click.echo(f"network {name}: its cloister is gone")
+    for name in found.stale_services:
+        click.echo(f"compose service container {name}: its cloister is gone")
     for name, paths in found.stand_ins.items():
         listed = ", ".join(str(path) for path in paths)
         click.echo(f"stand-ins cloister {name} left: {printable(listed)}")
@@ -92,8 +95,9 @@ def _print_collected(done: Collected) -> None:
     ]
     if containers:
         click.echo(f"removed {' and '.join(containers)} left behind")
-    for name in done.networks:
-        click.echo(f"removed network {name} (its cloister is gone)")
+    gone = [f"compose service container {name}" for name in done.services]
+    for what in [*gone, *(f"network {name}" for name in done.networks)]:
+        click.echo(f"removed {what} (its cloister is gone)")
     if done.stand_ins:
         listed = ", ".join(str(path) for path in done.stand_ins)
         click.echo(f"removed the stand-ins an unfinished stop left: {printable(listed)}")

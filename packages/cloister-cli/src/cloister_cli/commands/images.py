@@ -150,6 +150,7 @@ def build(
         confirm=confirm_shape if interactive else None,
         command="images build",
         assume_yes=assume_yes,
+        scope="cloister" if no_devcontainer else "all",
     )
     devcontainer = starting.checked_devcontainer(devcontainer, load)
     projects.register(context.paths, project)  # prune keeps the images of known projects

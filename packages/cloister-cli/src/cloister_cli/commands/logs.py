@@ -31,6 +31,11 @@ if TYPE_CHECKING:  # imported where used: shell completion loads this module on 
 @click.option(
     "--tail", "-n", type=click.IntRange(min=0), metavar="N", help="Only the last N lines."
 )
+@click.option(
+    "--service",
+    metavar="SVC",
+    help="Show the output of compose service SVC running beside the cloister instead.",
+)
 @click.pass_obj
 def logs(
     context: Context,
@@ -39,6 +44,7 @@ def logs(
     as_json: bool,
     since: str | None,
     tail: int | None,
+    service: str | None,
 ) -> None:
     """Show what a cloister did: its proxy requests, hostexec commands and their decisions.
 
@@ -46,7 +52,8 @@ def logs(
     charged to the cloister's token, and kept after the cloister stops. NAME defaults
     to the cloister of the current directory. Each line: local time, event, and what
     happened (host:port and verdict, the command and its outcome, the decision and its
-    scope). --json prints the records as JSON lines for scripts (jq).
+    scope). --json prints the records as JSON lines for scripts (jq). --service SVC
+    shows what a compose devcontainer's service SVC printed (its stdout and stderr).
 
     \b
     Examples:
@@ -54,6 +61,7 @@ def logs(
       cloister logs my-api -f            # and what comes next, until Ctrl-C
       cloister logs my-api --since 10m
       cloister logs my-api -n 50 --json | jq -c 'select(.event == "proxy.request")'
+      cloister logs my-api --service db -n 20   # the database beside it
     """
     from cloister_cli import cloisterlogs  # noqa: PLC0415 - see the imports above
 
@@ -63,10 +71,15 @@ def logs(
             from cloister_cli import listing  # noqa: PLC0415 - only without a session record
 
             name = listing.name_for_directory(context.docker, context.instance, Path.cwd())
+    start = cloisterlogs.parse_since(since, datetime.now().astimezone()) if since else None
+    if service is not None:
+        if as_json:
+            raise click.UsageError("--json is for the cloister's own log, not --service")
+        _service_output(context, name, service, follow=follow, tail=tail, since=start)
+        return
     path = context.paths.cloister_log(name)
     if not cloisterlogs.is_known(context.paths, name):
         raise CloisterError(f"no cloister {name!r} on this machine has a log (`cloister list`)")
-    start = cloisterlogs.parse_since(since, datetime.now().astimezone()) if since else None
     shown = cloisterlogs.read_log(path, since=start, tail=tail)
 
     def emit(record: Record) -> None:
@@ -87,3 +100,26 @@ def logs(
         # Python would complain again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
+
+
+def _service_output(
+    context: Context,
+    name: str,
+    service: str,
+    *,
+    follow: bool,
+    tail: int | None,
+    since: datetime | None,
+) -> None:
+    from cloister_cli import services  # noqa: PLC0415 - see the imports above
+
+    lines = services.output(
+        context.docker, context.instance, name, service, follow=follow, tail=tail, since=since
+    )
+    try:
+        for line in lines:
+            click.echo(line)
+    except KeyboardInterrupt:  # the way to stop --follow
+        return
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -29,9 +29,19 @@ if TYPE_CHECKING:
 @click.option("--list", "list_ports", is_flag=True, help="List what is published (NAME's, or all).")
 @click.option("--remove", is_flag=True, help="Stop publishing PORT.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option(
+    "--service",
+    metavar="SVC",
+    help="PORT of compose service SVC running beside the cloister, not of the cloister.",
+)
 @click.pass_obj
 def port(
-    context: Context, words: tuple[str, ...], list_ports: bool, remove: bool, as_json: bool
+    context: Context,
+    words: tuple[str, ...],
+    list_ports: bool,
+    remove: bool,
+    as_json: bool,
+    service: str | None,
 ) -> None:
     """Publish a cloister's port (a dev server) on this machine's 127.0.0.1.
 
@@ -39,7 +49,8 @@ def port(
     picks a free one) to PORT of the cloister, and to nothing else: the
     cloister still reaches neither the internet nor this machine. NAME
     defaults to the cloister of the current directory. `cloister stop`
-    removes its ports.
+    removes its ports. With --service SVC, PORT is that of the compose
+    service SVC beside the cloister (a compose devcontainer's database, say).
 
     What you open is the agent's: open a web page as http://localhost:HOSTPORT/,
     not 127.0.0.1, so that cookies other local apps set for 127.0.0.1 (cookies
@@ -56,6 +67,7 @@ def port(
       cloister port my-api --list
       cloister port --list --json         # every cloister's
       cloister port my-api 8000 --remove
+      cloister port my-api 5432:15432 --service db   # its database on 127.0.0.1:15432
     """
     from cloister_cli import listing, ports  # noqa: PLC0415 - see the module docstring
     from cloister_cli.images import PROXY_IMAGE  # noqa: PLC0415
@@ -76,7 +88,9 @@ def port(
         else listing.name_for_directory(context.docker, context.instance, Path.cwd())
     )
     if remove:
-        removed = ports.remove(context.docker, context.instance, name, ports.parse_port(words[-1]))
+        removed = ports.remove(
+            context.docker, context.instance, name, ports.parse_port(words[-1]), service
+        )
         if as_json:
             print_json(removed.to_json())
         else:
@@ -89,6 +103,7 @@ def port(
         ports.parse_spec(words[-1]),
         image=PROXY_IMAGE.tag,
         ui_port=context.config.guardian.ui_port,
+        service=service,
     )
     forward = published.forward
     if forward.host_port is not None:
@@ -97,7 +112,8 @@ def port(
         print_json(forward.to_json() | {"created": published.created})
         return
     verb = "published" if published.created else "already published"
-    click.echo(f"cloister {name}: port {forward.port} {verb} on {forward.host}")
+    whose = f"cloister {name}" if service is None else f"cloister {name} service {service}"
+    click.echo(f"{whose}: port {forward.port} {verb} on {forward.host}")
     note(f"a web page there: {forward.url} (see `cloister port --help`)")
 
 
@@ -114,7 +130,7 @@ def _print_list(found: list[Forward], *, as_json: bool, name: str | None) -> Non
     for forward in found:
         table.add_row(
             forward.cloister,
-            str(forward.port),
+            str(forward.port) if forward.service is None else f"{forward.service}:{forward.port}",
             forward.host or "-",
             forward.url or "-",
             forward.status,

@@ -5,15 +5,19 @@ What ``cloister start`` runs, in order:
 1. the devcontainer's ``image`` (it must be on this machine: Cloister pulls nothing) or
    the ``docker build`` of its Dockerfile (context, ``args``, ``target``); without a
    devcontainer, the base image (Cloister's agent image, ``defaults.image``);
-2. after a devcontainer only, *the cloister layer*: the ``hostexec`` client at
+2. the devcontainer's Features, if any, in one build on top of that: each installed as
+   root in its own layers, in install order (:mod:`cloister_cli.features.layers`;
+   resolved, fetched and locked beforehand by :mod:`cloister_cli.features.resolve`);
+3. after a devcontainer only, *the cloister layer*: the ``hostexec`` client at
    ``/usr/local/bin/hostexec`` and an empty ``/work``, nothing else (two ``COPY``
    instructions, so an image without a shell takes it too);
-3. ``.cloister/Dockerfile`` of the project, if there is one, built on top of that with
+4. ``.cloister/Dockerfile`` of the project, if there is one, built on top of that with
    ``--build-arg CLOISTER_BASE=<the image so far>`` and ``.cloister/`` as its context.
 
 Without a devcontainer and ``.cloister/Dockerfile`` the base image runs as it is and
 nothing is built. Otherwise the result is ``cloister-project-<project>:<key[:12]>``,
 where the key is a sha256 over every input: the devcontainer.json, the Dockerfiles,
+each Feature's digest, options and place in the order,
 each file of each build context (name, mode, content; ``.git`` and what
 ``.dockerignore`` excludes are left out, of the hash *and* of what is sent to Docker,
 so both are the same set), the build arguments and target, the IDs of the images it
@@ -56,7 +60,6 @@ if TYPE_CHECKING:
         project_tag,
     )
     from cloister_cli.projectimages.plan import (
-        check_features,
         ensure_project_image,
         load_project_devcontainer,
         plan_project_image,
@@ -87,7 +90,6 @@ __all__ = [
     "ProjectImageError",
     "Prunable",
     "Removal",
-    "check_features",
     "ensure_project_image",
     "list_project_images",
     "load_project_devcontainer",
@@ -114,7 +116,6 @@ _HOMES = {
     "Progress": "model",
     "ProjectImageError": "model",
     "project_tag": "model",
-    "check_features": "plan",
     "ensure_project_image": "plan",
     "load_project_devcontainer": "plan",
     "plan_project_image": "plan",

@@ -123,25 +123,10 @@ def scan(context: Path) -> tuple[Entry, ...]:
 def context_tar(build: Build, into: IO[bytes]) -> None:
     """Write *build*'s context to *into*: the scanned entries, generated files, Dockerfile."""
     with tarfile.open(fileobj=into, mode="w") as archive:
-        for entry in build.entries:
-            if entry.name == DOCKERFILE_NAME or build.context is None:
-                continue
-            path = build.context / entry.name
-            info = tarfile.TarInfo(entry.name)
-            info.mode = entry.mode
-            if entry.kind == "dir":
-                info.type = tarfile.DIRTYPE
-                archive.addfile(info)
-            elif entry.kind == "link":
-                info.type = tarfile.SYMTYPE
-                info.linkname = entry.digest
-                archive.addfile(info)
-            else:
-                with _open_regular(path) as handle:
-                    status = os.fstat(handle.fileno())
-                    info.size = status.st_size
-                    info.mtime = int(status.st_mtime)
-                    archive.addfile(info, handle)
+        if build.context is not None:
+            _add_entries(archive, build.context, "", build.entries)
+        for name, folder, entries in build.folders:
+            _add_entries(archive, folder, f"{name}/", entries)
         for directory in build.directories:
             info = tarfile.TarInfo(directory)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
@@ -151,3 +136,27 @@ def context_tar(build: Build, into: IO[bytes]) -> None:
             info.size, info.mode = len(content), 0o755
             archive.addfile(info, io.BytesIO(content))
     into.seek(0)
+
+
+def _add_entries(
+    archive: tarfile.TarFile, context: Path, prefix: str, entries: tuple[Entry, ...]
+) -> None:
+    for entry in entries:
+        if entry.name == DOCKERFILE_NAME and not prefix:
+            continue
+        path = context / entry.name
+        info = tarfile.TarInfo(prefix + entry.name)
+        info.mode = entry.mode
+        if entry.kind == "dir":
+            info.type = tarfile.DIRTYPE
+            archive.addfile(info)
+        elif entry.kind == "link":
+            info.type = tarfile.SYMTYPE
+            info.linkname = entry.digest
+            archive.addfile(info)
+        else:
+            with _open_regular(path) as handle:
+                status = os.fstat(handle.fileno())
+                info.size = status.st_size
+                info.mtime = int(status.st_mtime)
+                archive.addfile(info, handle)

@@ -18,6 +18,7 @@ TAG_PREFIX = "cloister-project-"
 PROJECT_DOCKERFILE = Path(".cloister") / "Dockerfile"
 HOSTEXEC_SOURCE = "images/hostexec/hostexec"  # in Cloister's source tree
 BASE_ARG = "CLOISTER_BASE"
+CLOISTER_HOME = "/home/cloister"  # cloisters.HOME: a Feature's _REMOTE_USER_HOME
 # Bumped when the recipe changes meaning, so no image of the old recipe is reused.
 RECIPE_VERSION = "cloister-project-image/1"
 
@@ -75,6 +76,8 @@ class Build:
     entries: tuple[Entry, ...]
     generated: tuple[tuple[str, bytes], ...] = ()  # (name, content), mode 0755
     directories: tuple[str, ...] = ()  # empty directories to send, mode 0755
+    # More folders sent under a name of the context: (name, folder, its scanned entries).
+    folders: tuple[tuple[str, Path, tuple[Entry, ...]], ...] = ()
     args: Mapping[str, str] = field(default_factory=dict)
     target: str | None = None
     chained: bool = False  # receives --build-arg CLOISTER_BASE=<the image before>

@@ -14,10 +14,13 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from cloister_cli.features.layers import feature_build, step_lines
+from cloister_cli.features.resolve import FeaturePlan, FeaturesError, check_refused
 from cloister_cli.projectimages.build import build_chain
 from cloister_cli.projectimages.context import read_file, scan
 from cloister_cli.projectimages.model import (
     BASE_ARG,
+    CLOISTER_HOME,
     CLOISTER_LAYER,
     HOSTEXEC_SOURCE,
     KEY_LABEL,
@@ -63,25 +66,6 @@ def load_project_devcontainer(
     )
 
 
-def check_features(devcontainer: Devcontainer) -> None:
-    """Refuse a devcontainer with Features: Cloister cannot install them (yet)."""
-    untrusted = devcontainer.untrusted_features
-    if untrusted:
-        names = ", ".join(feature.id for feature in untrusted)
-        raise ProjectImageError(
-            f"{devcontainer.path}: untrusted devcontainer Features: {names}; trust their"
-            " source in config.yaml (devcontainer.trusted_features) or remove them"
-            " (and Cloister cannot install Features yet: see the trusted ones)"
-        )
-    if devcontainer.has_features:
-        names = ", ".join(feature.id for feature in devcontainer.features)
-        raise ProjectImageError(
-            f"{devcontainer.path}: features ({names}) are OCI artifacts fetched from their"
-            " registry; Cloister does not fetch them yet (and this machine's containers"
-            " could not reach one): bake them into your Dockerfile or remove `features`"
-        )
-
-
 def plan_project_image(
     client: docker.DockerClient,
     paths: CloisterPaths,
@@ -91,17 +75,20 @@ def plan_project_image(
     devcontainer: Devcontainer | None,
     base_image: str,
     source: Path | None = None,
+    features: FeaturePlan | None = None,
 ) -> ImagePlan:
     """The image ``cloister start`` would run, without building anything.
 
     *source* is Cloister's source tree (for the ``hostexec`` client; found when None
-    and needed). Reads the project's files and asks the engine about images; raises
-    :class:`ProjectImageError` for Features, a devcontainer image that is not on this
-    machine, or an unusable ``.cloister/Dockerfile``.
+    and needed); *features* the devcontainer's Features, resolved
+    (:func:`cloister_cli.features.plan_features`). Reads the project's files and asks
+    the engine about images; raises :class:`ProjectImageError` for Features not
+    resolved (or not fetched), a devcontainer image that is not on this machine, or an
+    unusable ``.cloister/Dockerfile``.
     """
     validate_name(project, what="project")
-    if devcontainer is not None:
-        check_features(devcontainer)
+    if devcontainer is not None and devcontainer.has_features:
+        _check_features(devcontainer, features)
     project_dockerfile = _project_dockerfile(root)
     if devcontainer is None and project_dockerfile is None:
         return ImagePlan(
@@ -123,6 +110,10 @@ def plan_project_image(
         start = _plan_devcontainer(
             client, root, devcontainer=devcontainer, digest=digest, steps=steps, builds=builds
         )
+        if features is not None and features.installs:
+            as_root = start is None or _image_user(client, start) not in ("", "root", "0")
+            builds.append(_features_layer(devcontainer, features, digest, as_root=as_root))
+            steps += step_lines(features.installs)
         builds.append(_cloister_layer(source, digest))
         steps.append("add the cloister layer (/usr/local/bin/hostexec, /work)")
         base = None
@@ -152,6 +143,7 @@ def ensure_project_image(
     source: Path | None = None,
     progress: Progress = lambda what, line: None,
     rebuild: bool = False,
+    features: FeaturePlan | None = None,
 ) -> ImagePlan:
     """Plan the project's image and build what is missing; the plan, ``cached`` as found.
 
@@ -170,6 +162,7 @@ def ensure_project_image(
             devcontainer=devcontainer,
             base_image=base_image,
             source=source,
+            features=features,
         )
         if plan.key is not None and (rebuild or not plan.cached):
             if plan.start is None and plan.builds[0].chained:
@@ -263,6 +256,37 @@ def _plan_devcontainer(
     return None
 
 
+def _check_features(devcontainer: Devcontainer, features: FeaturePlan | None) -> None:
+    if features is None:  # (resolving them stopped on a refused one already)
+        try:
+            check_refused(devcontainer)
+        except FeaturesError as error:
+            raise ProjectImageError(str(error)) from None
+        raise ProjectImageError(
+            f"{devcontainer.path}: its Features are fetched and installed by `cloister start`"
+        )
+    missing = [item for item in features.installs if item.resolved is None]
+    if missing:
+        shown = "; ".join(f"{item.feature.id}: {', '.join(item.notes)}" for item in missing)
+        raise ProjectImageError(f"Features that cannot be installed: {printable(shown)}")
+
+
+def _features_layer(
+    devcontainer: Devcontainer, features: FeaturePlan, digest: _Digest, *, as_root: bool
+) -> Build:
+    build = feature_build(
+        features, remote_user=devcontainer.user, home=CLOISTER_HOME, as_root=as_root
+    )
+    digest.add("features", build.dockerfile, str(len(features.installs)))
+    for item in features.installs:
+        assert item.resolved is not None  # noqa: S101 - checked above
+        digest.add("feature", item.feature.id, item.resolved.digest)
+        digest.add_entries("feature-content", item.entries)
+    for name, content in build.generated:
+        digest.add("generated", name, content)
+    return build
+
+
 def _cloister_layer(source: Path | None, digest: _Digest) -> Build:
     hostexec = (source or source_tree()) / HOSTEXEC_SOURCE
     try:
@@ -312,6 +336,15 @@ def _image_id(client: docker.DockerClient, name: str) -> str | None:
             f"image {printable(name)!r}: {printable(str(error.explanation or error))}"
         ) from None
     return str(found) if found else None
+
+
+def _image_user(client: docker.DockerClient, image: str) -> str:
+    """The user *image* ends as (``Config.User``); "?" when it cannot be known."""
+    try:
+        config = client.images.get(image).attrs.get("Config") or {}
+    except docker.errors.DockerException:
+        return "?"
+    return str(config.get("User") or "")
 
 
 def _has_key(client: docker.DockerClient, tag: str, key: str) -> bool:

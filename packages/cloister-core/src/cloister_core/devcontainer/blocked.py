@@ -66,17 +66,20 @@ class _Entry:
     tree: bool  # inside it is blocked too (not for / and the home directory)
 
 
+def normalize(path: str) -> str:
+    """*path* with ``.``, ``..``, repeated and trailing slashes collapsed: ``//work/.`` is
+    ``/work``. (posixpath keeps a leading ``//``, which Linux reads as ``/``.)"""
+    normalized = posixpath.normpath(path)
+    return "/" + normalized.lstrip("/") if normalized.startswith("//") else normalized
+
+
 def _forms(path: str) -> tuple[str, ...]:
-    written = posixpath.normpath(path)
+    written = normalize(path)
     try:
         resolved = str(Path(written).resolve())
     except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL: as written
         resolved = written
     return tuple(dict.fromkeys(form.casefold() for form in (written, resolved)))
-
-
-def _contains(outer: str, inner: str) -> bool:
-    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
 class BlockedPaths:
@@ -95,6 +98,13 @@ class BlockedPaths:
         entries.append(_Entry("~", "your home directory", _forms(self.home), False))
         entries.append(_Entry("/", "the host's whole file system", ("/",), False))
         self._entries = tuple(entries)
+        # Each form with the entries that have it, in the list's order (its rank).
+        self._forms_ranked = [
+            (form, rank) for rank, entry in enumerate(entries) for form in entry.forms
+        ]
+        self._by_form: dict[str, list[int]] = {}
+        for form, rank in self._forms_ranked:
+            self._by_form.setdefault(form, []).append(rank)
 
     def expand(self, source: str) -> str:
         """``~`` and ``~/x`` as the home directory (docker would not; a human means it)."""
@@ -106,28 +116,42 @@ class BlockedPaths:
         """Why a bind mount of the absolute host path *source* is refused, or None.
 
         The message names the closest blocked path: the one it is, else the most
-        specific one it is inside, else the most general one it holds.
+        specific one it is inside, else the most general one it holds. (Looked up by
+        the path and its parents, not compared with every entry: the agent's file may
+        hold thousands of mounts.)
         """
         forms = _forms(self.expand(source))
-        pairs = [
-            (entry, blocked, mine)
-            for entry in self._entries
-            for blocked in entry.forms
-            for mine in forms
-        ]
-        for entry, blocked, mine in pairs:
-            if mine == blocked:
-                return f"{source} is {entry.shown} ({entry.what})"
+        exact = [rank for mine in forms for rank in self._by_form.get(mine, ())]
+        if exact:
+            return f"{source} is {self._describe(min(exact))}"
         inside = [
-            (len(blocked), entry)
-            for entry, blocked, mine in pairs
-            if entry.tree and _contains(blocked, mine)
+            (-len(parent), rank)
+            for mine in forms
+            for parent in _parents(mine)
+            for rank in self._by_form.get(parent, ())
+            if self._entries[rank].tree
         ]
         if inside:
-            entry = max(inside, key=lambda item: item[0])[1]
-            return f"{source} is inside {entry.shown} ({entry.what})"
-        held = [(len(blocked), entry) for entry, blocked, mine in pairs if _contains(mine, blocked)]
+            return f"{source} is inside {self._describe(min(inside)[1])}"
+        held = [
+            (len(blocked), rank)
+            for mine in forms
+            for blocked, rank in self._forms_ranked
+            if blocked.startswith(mine.rstrip("/") + "/")
+        ]
         if held:
-            entry = min(held, key=lambda item: item[0])[1]
-            return f"{source} holds {entry.shown} ({entry.what})"
+            return f"{source} holds {self._describe(min(held)[1])}"
         return None
+
+    def _describe(self, rank: int) -> str:
+        entry = self._entries[rank]
+        return f"{entry.shown} ({entry.what})"
+
+
+def _parents(path: str) -> list[str]:
+    """*path*'s strict ancestors, deepest first, ending with "/"."""
+    parents = []
+    while path not in ("/", ""):
+        path = posixpath.dirname(path)
+        parents.append(path)
+    return parents

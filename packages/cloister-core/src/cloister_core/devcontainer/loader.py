@@ -10,6 +10,7 @@ outside the project) is dropped or refused, and each decision is an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -17,9 +18,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
+from cloister_core.cloisterenv import set_by_cloister
 from cloister_core.devcontainer.blocked import BlockedPaths
-from cloister_core.devcontainer.features import is_trusted
-from cloister_core.devcontainer.jsonc import Location, locate, parse_jsonc
+from cloister_core.devcontainer.compose import ComposeReader, ComposeResult
+from cloister_core.devcontainer.composefile import load_compose_files
+from cloister_core.devcontainer.features import (
+    MAX_FEATURES,
+    FeatureIdError,
+    is_local_id,
+    is_trusted,
+    parse_oci_reference,
+    resolve_local_feature,
+    untrusted_reason,
+)
+from cloister_core.devcontainer.jsonc import Location, Positions, parse_located
 from cloister_core.devcontainer.model import (
     LIFECYCLE_STAGES,
     Devcontainer,
@@ -40,7 +52,7 @@ from cloister_core.devcontainer.mounts import (
     parse_mount_string,
 )
 from cloister_core.devcontainer.runargs import cap_add, check_run_args, security_opt
-from cloister_core.devcontainer.variables import Variables, secret_reason
+from cloister_core.devcontainer.variables import Variables, devcontainer_id, secret_reason
 from cloister_core.printable import printable
 
 CANDIDATES: tuple[str, ...] = (
@@ -49,15 +61,10 @@ CANDIDATES: tuple[str, ...] = (
     ".devcontainer.json",
 )
 
-_COMPOSE = (
-    "docker-compose based devcontainer.json files are not supported: compose would start"
-    " its own services and networks outside the cloister's sandbox, where the proxy does"
-    " not reach; use `image` or `build` (or --no-devcontainer)"
-)
 _PORTS = "the cloister has no published ports (`cloister port NAME PORT` publishes one)"
 _LIMITS = "the limits come from `defaults:` in Cloister's config.yaml"
+_PLAIN_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\$?", re.IGNORECASE)
-_PROXY_VARIABLES = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"})
 _WHEN: dict[LifecycleStage, str] = {
     "onCreateCommand": "when it is created",
     "updateContentCommand": "when it is created, after onCreateCommand",
@@ -83,15 +90,10 @@ _IGNORED: dict[str, tuple[Outcome, str]] = {
     "updateRemoteUserUID": ("ignored", "the cloister always runs as your uid"),
     "userEnvProbe": ("ignored", "not supported"),
     "waitFor": ("ignored", "not supported: every lifecycle command runs before the agent"),
-    "overrideFeatureInstallOrder": (
-        "ignored",
-        "not supported: Features install in the order listed",
-    ),
     "customizations": ("ignored", "editor settings: no editor attaches to a cloister"),
     "secrets": ("ignored", "Cloister does not pass secrets in"),
-    "service": ("ignored", "only for docker-compose files"),
-    "runServices": ("ignored", "only for docker-compose files"),
 }
+_COMPOSE_KEYS = frozenset({"dockerComposeFile", "service", "runServices"})
 _SOURCE_KEYS = frozenset({"image", "build", "dockerFile", "context"})
 MAX_SIZE = 1024 * 1024
 """The largest devcontainer.json read: the agent writes it, and it is read on the host."""
@@ -191,23 +193,20 @@ def load_devcontainer(
     *environ* is what ``${localEnv:X}`` reads (names that look like secrets are never
     read); *blocked_paths* are added to the blocked list (Cloister's own config and
     data directories). Raises :class:`DevcontainerError` for a file Cloister cannot
-    use: malformed, of the wrong types, compose-based, without an image, over
-    :data:`MAX_SIZE` bytes, nested too deeply, or with a NUL character in a string.
+    use: malformed, of the wrong types, without an image, over :data:`MAX_SIZE` bytes,
+    nested too deeply, or with a NUL character in a string; or whose compose files
+    (``dockerComposeFile``, read by :mod:`.compose`) are so.
     """
-    text = _read_text(path)
-    try:
-        return _load(
-            path,
-            text,
-            project_root=project_root,
-            home=home,
-            environ=environ,
-            container_workspace=container_workspace,
-            trusted_features=trusted_features,
-            blocked_paths=blocked_paths,
-        )
-    except RecursionError:
-        raise DevcontainerError(path, "its values are nested too deeply") from None
+    return _load(
+        path,
+        _read_text(path),
+        project_root=project_root,
+        home=home,
+        environ=environ,
+        container_workspace=container_workspace,
+        trusted_features=trusted_features,
+        blocked_paths=blocked_paths,
+    )
 
 
 def _load(
@@ -221,12 +220,14 @@ def _load(
     trusted_features: Sequence[str],
     blocked_paths: Sequence[Path],
 ) -> Devcontainer:
-    document = parse_jsonc(text, path)
+    document, positions = parse_located(text, path)
     if not isinstance(document, dict):
         kind = type(document).__name__
         raise DevcontainerError(path, f"expected a JSON object at the top, got {kind}", 1, 1)
-    if (where := _nul_location(document)) is not None:
-        found = locate(text, document, where)
+    # Raw or escaped: the only two ways a NUL gets into a string (the walk is for where).
+    has_nul = "\0" in text or "\\u0000" in text
+    if has_nul and (where := _nul_location(document)) is not None:
+        found = positions.locate(where)
         line, column = found if found is not None else (None, None)
         message = f"{_dotted(where)}: a NUL character (\\u0000) is not allowed in a string"
         raise DevcontainerError(path, message, line, column)
@@ -234,10 +235,11 @@ def _load(
         environ=environ,
         local_workspace=str(project_root),
         container_workspace=container_workspace,
+        devcontainer_id=devcontainer_id(str(project_root.absolute()), str(path.absolute())),
     )
     reader = _Reader(
         path=path,
-        text=text,
+        positions=positions,
         document=cast("dict[str, object]", document),
         project_root=project_root,
         variables=variables,
@@ -252,7 +254,7 @@ def _dotted(location: Location) -> str:
     for step in location:
         if isinstance(step, int):
             text += f"[{step}]"
-        elif re.fullmatch(r"[A-Za-z_$][A-Za-z0-9_$-]*", step):
+        elif _PLAIN_KEY.fullmatch(step):
             text += f".{step}" if text else step
         else:
             text += f"[{step!r}]"
@@ -271,7 +273,7 @@ class _Reader:
         self,
         *,
         path: Path,
-        text: str,
+        positions: Positions,
         document: dict[str, object],
         project_root: Path,
         variables: Variables,
@@ -279,7 +281,7 @@ class _Reader:
         trusted_features: tuple[str, ...],
     ) -> None:
         self.path = path
-        self.text = text
+        self.positions = positions
         self.document = document
         self.project_root = project_root
         self.variables = variables
@@ -287,6 +289,7 @@ class _Reader:
         self.trusted_features = trusted_features
         self.overrides: list[Override] = []
         self.features: list[Feature] = []
+        self.feature_order: tuple[str, ...] = ()
         self.mounts: list[MountSpec] = []
         self.run_args: list[str] = []
         self.container_env: dict[str, str] = {}
@@ -298,12 +301,12 @@ class _Reader:
     # --- errors, notes and types ----------------------------------------------------
 
     def error(self, location: Location, message: str) -> DevcontainerError:
-        found = locate(self.text, self.document, location)
+        found = self.positions.locate(location)
         line, column = found if found is not None else (None, None)
         return DevcontainerError(self.path, message, line, column)
 
     def note(self, location: Location, value: object, outcome: Outcome, why: str) -> None:
-        found = locate(self.text, self.document, location)
+        found = self.positions.locate(location)
         line = found[0] if found is not None else None
         field = printable(_dotted(location))
         self.overrides.append(Override(field, value_text(value), outcome, printable(why), line))
@@ -341,12 +344,12 @@ class _Reader:
     # --- the whole file ---------------------------------------------------------------
 
     def read(self) -> Devcontainer:
-        if "dockerComposeFile" in self.document:
-            raise self.error(("dockerComposeFile",), _COMPOSE)
-        source = self.source()
+        compose = self.compose() if "dockerComposeFile" in self.document else None
+        source = compose.source if compose is not None else self.source()
         handlers: dict[str, Callable[[str, object], None]] = {
             "name": self.read_name,
             "features": self.read_features,
+            "overrideFeatureInstallOrder": self.read_feature_order,
             "mounts": self.read_mounts,
             "runArgs": self.read_run_args,
             "privileged": self.read_privileged,
@@ -360,9 +363,11 @@ class _Reader:
             **dict.fromkeys(LIFECYCLE_STAGES, self.read_lifecycle),
         }
         for key, value in self.document.items():
-            if key in _SOURCE_KEYS or key == "$schema":
+            if key == "$schema" or (key in _SOURCE_KEYS and compose is None):
                 continue
-            if key in handlers:
+            if key in _COMPOSE_KEYS or key in _SOURCE_KEYS:
+                self.compose_key(key, value, compose)
+            elif key in handlers:
                 handlers[key](key, value)
             elif key in _IGNORED:
                 outcome, why = _IGNORED[key]
@@ -372,19 +377,117 @@ class _Reader:
                     (key,), value, "ignored", "not a devcontainer.json property Cloister knows"
                 )
         user = self.users.get("remoteUser", self.users.get("containerUser"))
+        if compose is None:
+            return Devcontainer(
+                path=self.path,
+                name=self.name,
+                source=source,
+                features=tuple(self.features),
+                mounts=tuple(self.mounts),
+                run_args=tuple(self.run_args),
+                container_env=self.container_env,
+                remote_env=self.remote_env,
+                user=user,
+                lifecycle=tuple(self.lifecycle),
+                overrides=tuple(self.overrides),
+                override_feature_order=self.feature_order,
+            )
         return Devcontainer(
             path=self.path,
             name=self.name,
             source=source,
             features=tuple(self.features),
-            mounts=tuple(self.mounts),
+            mounts=(*compose.mounts, *self.mounts),
             run_args=tuple(self.run_args),
-            container_env=self.container_env,
+            container_env={**compose.environment, **self.container_env},
             remote_env=self.remote_env,
-            user=user,
+            user=self.compose_user(compose, user),
             lifecycle=tuple(self.lifecycle),
             overrides=tuple(self.overrides),
+            compose_files=compose.files,
+            services=compose.services,
+            compose_inputs=compose.inputs,
+            override_feature_order=self.feature_order,
         )
+
+    # --- docker-compose based files ---------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        """The compose files, their cloister's service and the services run beside it."""
+        key = "dockerComposeFile"
+        value = self.document[key]
+        names = [value] if isinstance(value, str) else self.strings((key,), value)
+        if not names:
+            raise self.error((key,), f"{key}: no compose file is given")
+        files: list[Path] = []
+        for index, name in enumerate(names):
+            location: Location = (key,) if isinstance(value, str) else (key, index)
+            path = self.inside_project(
+                location, name, "Cloister reads only the project's compose files"
+            )
+            if not path.is_file():
+                raise self.error(location, f"{_dotted(location)}: no such file: {str(path)!r}")
+            files.append(path)
+        if "service" not in self.document:
+            raise self.error(
+                (key,), "`service` is missing: with dockerComposeFile it names the cloister's"
+            )
+        service = self.string(("service",), self.document["service"])
+        reader = ComposeReader(
+            load_compose_files(tuple(files)),
+            files=tuple(files),
+            project_root=self.project_root,
+            variables=self.variables,
+            blocked=self.blocked,
+        )
+        known = reader.names()
+        if service not in known:
+            raise self.error(
+                ("service",),
+                f"service: {service!r} is not a service of the compose files ({', '.join(known)})",
+            )
+        run: list[str] | None = None
+        if "runServices" in self.document:
+            run = self.strings(("runServices",), self.document["runServices"])
+            for index, name in enumerate(run):
+                if name not in known:
+                    raise self.error(
+                        ("runServices", index),
+                        f"runServices[{index}]: {name!r} is not a service of the compose files",
+                    )
+        return reader.read(service, run)
+
+    def compose_key(self, key: str, value: object, compose: ComposeResult | None) -> None:
+        """``dockerComposeFile``, ``service``, ``runServices`` and, with compose, the image keys."""
+        if compose is None:
+            self.note((key,), value, "ignored", "only for docker-compose based files")
+        elif key in _SOURCE_KEYS:
+            self.note((key,), value, "ignored", "the compose service's image is used")
+        else:
+            why = {
+                "dockerComposeFile": "read by Cloister, which decides each key (below)",
+                "service": "the service that becomes the cloister",
+                "runServices": "the services started beside the cloister, on its own network",
+            }[key]
+            self.note((key,), value, "kept", why)
+            if key == "dockerComposeFile":
+                self.overrides.extend(compose.overrides)
+
+    def compose_user(self, compose: ComposeResult, chosen: str | None) -> str | None:
+        """The compose service's ``user``, checked as remoteUser is; *chosen* (remoteUser or
+        containerUser) wins."""
+        if compose.user is None or compose.user_override is None:
+            return chosen
+        name = compose.user.strip()
+        problem = _user_problem(name)
+        if chosen is not None and problem is None:
+            problem = f"{chosen!r} of devcontainer.json is used"
+        why = problem or "the cloister's user name, with your uid"
+        note = dataclasses.replace(
+            compose.user_override, outcome="ignored" if problem else "kept", why=why
+        )
+        self.overrides.append(note)
+        return chosen if problem else name
 
     # --- image or build ---------------------------------------------------------------
 
@@ -421,7 +524,7 @@ class _Reader:
             raise self.error(
                 location,
                 "neither `image` nor `build.dockerfile` is given: Cloister needs one of them"
-                " (docker-compose based files are not supported)",
+                " (or `dockerComposeFile` and `service`)",
             )
         if image is not None:
             self.note(("image",), image, "ignored", "the Dockerfile is built instead")
@@ -493,24 +596,42 @@ class _Reader:
         self.note((key,), value, "ignored", f"the project is at {where} in every cloister")
 
     def read_features(self, key: str, value: object) -> None:
-        for feature_id, options in self.mapping((key,), value).items():
+        features = self.mapping((key,), value)
+        if len(features) > MAX_FEATURES:
+            message = f"features: {len(features)} Features; at most {MAX_FEATURES} are read"
+            raise self.error((key,), message)
+        for feature_id, options in features.items():
             location: Location = (key, feature_id)
             if not feature_id.strip():
                 raise self.error(location, "features: a Feature id is empty")
             if options is False:
                 self.note(location, options, "ignored", "false: not installed")
                 continue
+            chosen = self.feature_options(location, options)
+            found = self.positions.locate(location)
+            line = found[0] if found is not None else None
+            try:
+                if is_local_id(feature_id):
+                    folder = resolve_local_feature(feature_id, self.path, self.project_root)
+                    self.features.append(Feature(feature_id, chosen, True, "local", folder, line))
+                    self.note(location, options, "kept", f"a local Feature, from {folder}")
+                    continue
+                parse_oci_reference(feature_id)
+            except FeatureIdError as error:
+                self.note(location, options, "refused", str(error))
+                continue
             trusted = is_trusted(feature_id, self.trusted_features)
-            feature = Feature(feature_id, self.feature_options(location, options), trusted)
-            self.features.append(feature)
+            self.features.append(Feature(feature_id, chosen, trusted, "oci", None, line))
             if trusted:
-                self.note(location, options, "kept", "a Feature from a trusted source")
-            else:
-                why = (
-                    "a Feature from a source nobody trusted: `cloister start` asks before"
-                    " installing it (devcontainer.trusted_features in config.yaml trusts one)"
-                )
+                why = "a Feature from a trusted source: fetched on the host, its digest locked"
                 self.note(location, options, "kept", why)
+            else:
+                self.note(location, options, "refused", untrusted_reason(feature_id))
+
+    def read_feature_order(self, key: str, value: object) -> None:
+        self.feature_order = tuple(self.strings((key,), value))
+        why = "these Features install as early as their dependencies allow, in this order"
+        self.note((key,), value, "kept", why)
 
     def feature_options(self, location: Location, options: object) -> dict[str, str | bool]:
         if options is True:
@@ -581,17 +702,14 @@ class _Reader:
             location: Location = (key, name)
             if not name or "=" in name or "\0" in name:
                 raise self.error(location, f"{key}: {name!r} is not an environment variable name")
+            if (why := set_by_cloister(name)) is not None and (raw is None or isinstance(raw, str)):
+                self.note(location, raw, "ignored", why)
+                continue
             if raw is None and remote:
                 self.remote_env[name] = None
                 self.note(location, raw, "kept", "unset in the cloister")
                 continue
             text = self.string(location, raw)
-            upper = name.upper()
-            if upper in _PROXY_VARIABLES or upper == "CLOISTER" or upper.startswith("CLOISTER_"):
-                self.note(
-                    location, text, "ignored", "Cloister sets it: the proxy is the only way out"
-                )
-                continue
             substituted = self.substituted(location, text)
             if substituted is None:
                 continue

@@ -3,7 +3,10 @@
 What is kept:
 
 - ``type=volume``: named (or anonymous) Docker volumes, as asked; they hold no host
-  files. Driver options are refused: the local driver's ``o=bind`` mounts any host path.
+  files. ``volume-nocopy`` is kept. Driver options are not: the local driver's
+  ``volume-opt=o=bind`` with ``volume-opt=device=PATH`` is a bind mount of any host
+  path in disguise (refused, with what that path is); any other ``volume-opt`` and any
+  driver but ``local`` are dropped.
 - ``type=bind`` of a file or directory *inside the project* (an allowlist): kept, but
   always read-only, since a cloister may write only its project. Everything outside
   the project is refused (the message names a blocked path, :mod:`.blocked`, when it is
@@ -11,11 +14,14 @@ What is kept:
   (docker would resolve it again when it creates the container, and the agent can
   re-point a link) and a source that is a socket (a read-only bind still allows
   ``connect()``), or anything else that is not a file or a directory.
-- ``type=tmpfs``: kept.
+- ``type=tmpfs``: kept, with ``tmpfs-size`` and ``tmpfs-mode``.
 
-A mount whose target is or holds the project's place in the container is dropped (it
-would hide the project), and so is anything not understood: only ``type``, ``source``,
-``target``, ``readonly`` and ``consistency`` (a macOS speed hint, ignored) are read.
+Paths are normalised before any check (``//work``, ``/work/.``, ``/x/../work`` are
+``/work``), and the kept mount has the normalised target. A mount whose target is or
+holds the project's place in the container is dropped (it would hide the project), and
+so is anything not understood: a field with a line break or another control character,
+an option not listed here. ``consistency`` (a macOS speed hint) and ``bind-propagation``
+(no effect: nothing in a cloister can mount) are read and ignored.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cloister_core.devcontainer.blocked import BlockedPaths
+from cloister_core.devcontainer.blocked import BlockedPaths, normalize
 from cloister_core.devcontainer.model import MountKind, MountSpec, Outcome
 from cloister_core.devcontainer.variables import Variables, secret_reason
 
@@ -38,11 +44,22 @@ _KEY_ALIASES = {
     "destination": "target",
     "ro": "readonly",
 }
-_KNOWN_KEYS = frozenset({"type", "source", "target", "readonly", "consistency"})
+_IGNORED_KEYS = frozenset({"consistency", "bind-propagation"})
+_KNOWN_KEYS = frozenset(
+    {"type", "source", "target", "readonly", "tmpfs-size", "tmpfs-mode", "volume-nocopy"}
+    | _IGNORED_KEYS
+)
 _DRIVER_KEYS = frozenset({"volume-driver", "volume-opt"})
 _TRUE = frozenset({"", "1", "true"})
 _FALSE = frozenset({"0", "false"})
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SIZE = re.compile(r"([0-9]+)([kmg]?)b?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_MODE = re.compile(r"0?[0-7]{1,4}")
+# ``volume-opt`` may be given more than once: its values are kept joined by this
+# character, which no parsed field can hold (control characters are refused first).
+OPTION_SEPARATOR = "\0"
 
 
 class MountParseError(ValueError):
@@ -58,19 +75,42 @@ class MountDecision:
     why: str
 
 
+def _control_problem(what: str, value: str) -> None:
+    if (found := _CONTROL.search(value)) is not None:
+        raise MountParseError(
+            f"{what} holds the control character {found.group()!r}:"
+            " a mount's fields are one line of text"
+        )
+
+
+def _add(fields: dict[str, str], key: str, value: str) -> None:
+    key = _KEY_ALIASES.get(key, key)
+    _control_problem(f"{key!r}", key + value)
+    if key == "volume-opt" and key in fields:
+        fields[key] += OPTION_SEPARATOR + value
+    elif key in fields:
+        raise MountParseError(f"{key!r} is given twice")
+    else:
+        fields[key] = value
+
+
 def parse_mount_string(text: str) -> dict[str, str]:
     """``type=bind,source=/x,target=/y,readonly`` → a mapping of canonical keys.
 
     Split as docker splits ``--mount``: comma-separated, CSV-quoted fields.
+    ``volume-opt``, which docker takes more than once, holds its values joined by
+    :data:`OPTION_SEPARATOR`.
     """
+    _control_problem("the mount string", text)
     fields: dict[str, str] = {}
-    for row in csv.reader([text]):
+    try:
+        rows = list(csv.reader([text]))
+    except csv.Error as error:  # an unclosed quote, a field over csv's size limit
+        raise MountParseError(f"its fields cannot be split ({error})") from None
+    for row in rows:
         for item in row:
             key, _, value = item.strip().partition("=")
-            key = _KEY_ALIASES.get(key.strip().lower(), key.strip().lower())
-            if key in fields:
-                raise MountParseError(f"{key!r} is given twice")
-            fields[key] = value
+            _add(fields, key.strip().lower(), value)
     return fields
 
 
@@ -78,28 +118,35 @@ def parse_mount_object(value: Mapping[str, object]) -> dict[str, str]:
     """The object form ``{"source": …, "target": …, "type": …}``."""
     fields: dict[str, str] = {}
     for key, item in value.items():
-        if isinstance(item, bool) and key == "readonly":
-            fields[key] = "true" if item else "false"
+        if isinstance(item, bool) and key in ("readonly", "volume-nocopy"):
+            _add(fields, key, "true" if item else "false")
         elif isinstance(item, str):
-            fields[_KEY_ALIASES.get(key, key)] = item
+            _add(fields, key, item)
+        elif (
+            isinstance(item, list)
+            and key == "volume-opt"
+            and all(isinstance(option, str) for option in item)
+        ):
+            for option in item:
+                _add(fields, key, str(option))
         else:
             raise MountParseError(f"{key!r} must be a string, got {item!r}")
     return fields
 
 
-def _read_only(fields: Mapping[str, str]) -> bool:
-    if "readonly" not in fields:
+def _flag(fields: Mapping[str, str], key: str) -> bool:
+    if key not in fields:
         return False
-    flag = fields["readonly"].strip().lower()
+    flag = fields[key].strip().lower()
     if flag in _TRUE:
         return True
     if flag in _FALSE:
         return False
-    raise MountParseError(f"readonly={fields['readonly']!r} is neither true nor false")
+    raise MountParseError(f"{key}={fields[key]!r} is neither true nor false")
 
 
 def _hides(target: str, container_workspace: str) -> bool:
-    workspace = posixpath.normpath(container_workspace)
+    workspace = normalize(container_workspace)
     return workspace == target or workspace.startswith(target.rstrip("/") + "/")
 
 
@@ -117,6 +164,62 @@ def _substitute(fields: Mapping[str, str], variables: Variables) -> dict[str, st
     return values
 
 
+def _driver_decision(values: Mapping[str, str], blocked: BlockedPaths) -> MountDecision | None:
+    """The decision for a mount with volume driver settings (None when it has none)."""
+    options = values["volume-opt"].split(OPTION_SEPARATOR) if "volume-opt" in values else []
+    pairs = [
+        (key.strip().lower(), value.strip())
+        for key, _, value in (o.partition("=") for o in options)
+    ]
+    device = next((value for key, value in pairs if key == "device"), None)
+    if device is not None or any(
+        (key == "o" and "bind" in value.lower()) or (key == "type" and value.lower() == "none")
+        for key, value in pairs
+    ):
+        what = f"{device} is mounted" if device is not None else "a host path is mounted"
+        if device is not None and device.startswith("/"):
+            what = blocked.reason(device) or f"{device} is mounted"
+        return MountDecision(
+            None,
+            "refused",
+            f"a host bind mount in disguise (the local volume driver's volume-opt device= and"
+            f" o=bind): {what}; {OUTSIDE_PROJECT}",
+        )
+    if options:
+        return MountDecision(
+            None,
+            "dropped",
+            f"volume-opt {options[0]!r}: Cloister passes no options to a volume driver"
+            " (they can mount host paths and network shares)",
+        )
+    driver = values.get("volume-driver", "local").strip().lower()
+    if driver != "local":
+        return MountDecision(
+            None,
+            "dropped",
+            f"volume-driver {driver!r}: a volume plugin runs on the host; only Docker's own"
+            " local volumes are used",
+        )
+    return None
+
+
+def _checked(
+    fields: Mapping[str, str], variables: Variables, blocked: BlockedPaths
+) -> dict[str, str] | MountDecision:
+    """The fields substituted, or the decision that ends the mount: an option not
+    understood, a secret read, a control character, a volume driver's setting."""
+    if unknown := sorted(fields.keys() - _KNOWN_KEYS - _DRIVER_KEYS):
+        return MountDecision(None, "dropped", f"not understood: {', '.join(unknown)}")
+    values = _substitute(fields, variables)
+    if isinstance(values, MountDecision):
+        return values
+    for key, value in values.items():  # a variable's value may hold one too
+        if (found := _CONTROL.search(value.replace(OPTION_SEPARATOR, ""))) is not None:
+            why = f"not understood: {key} holds the control character {found.group()!r}"
+            return MountDecision(None, "dropped", why)
+    return _driver_decision(values, blocked) or values
+
+
 def decide_mount(
     fields: Mapping[str, str],
     *,
@@ -128,31 +231,72 @@ def decide_mount(
 
     A bind mount's source must be inside ``variables.local_workspace`` (the project).
     """
-    if driver := sorted(_DRIVER_KEYS & fields.keys()):
-        why = f"{driver[0]} is refused: a volume driver's options can bind any host path"
-        return MountDecision(None, "refused", why)
-    if unknown := sorted(fields.keys() - _KNOWN_KEYS - _DRIVER_KEYS):
-        return MountDecision(None, "dropped", f"not understood: {', '.join(unknown)}")
-    values = _substitute(fields, variables)
+    values = _checked(fields, variables, blocked)
     if isinstance(values, MountDecision):
         return values
     target = values.get("target", "").strip()
     if not target.startswith("/"):
         return MountDecision(None, "dropped", f"the target {target!r} is not an absolute path")
-    target = posixpath.normpath(target)
+    target = normalize(target)
     if _hides(target, variables.container_workspace):
         why = f"a mount on {target} would hide the project at {variables.container_workspace}"
         return MountDecision(None, "dropped", why)
     kind = values.get("type", default_type).strip().lower()
     source = values.get("source", "").strip() or None
-    return _by_kind(
+    try:
+        options = _options(kind, values)
+        read_only = _flag(values, "readonly")
+    except MountParseError as error:
+        return MountDecision(None, "dropped", f"not understood: {error}")
+    decision = _by_kind(
         kind,
         source,
         target,
-        read_only=_read_only(values),
+        read_only=read_only,
         blocked=blocked,
         project=variables.local_workspace,
     )
+    if decision.mount is None:
+        return decision
+    tmpfs_size, tmpfs_mode, no_copy = options
+    mount = MountSpec(
+        decision.mount.kind,
+        decision.mount.source,
+        decision.mount.target,
+        decision.mount.read_only,
+        tmpfs_size=tmpfs_size,
+        tmpfs_mode=tmpfs_mode,
+        no_copy=no_copy,
+    )
+    ignored = sorted(key for key in values if key in _IGNORED_KEYS)
+    why = decision.why + "".join(f"; {key} ignored: {_IGNORED_WHY[key]}" for key in ignored)
+    return MountDecision(mount, decision.outcome, why)
+
+
+_IGNORED_WHY = {
+    "consistency": "a macOS speed hint",
+    "bind-propagation": "nothing in a cloister can mount, so nothing propagates",
+}
+
+
+def _options(kind: str, values: Mapping[str, str]) -> tuple[int | None, int | None, bool]:
+    """(tmpfs size in bytes, tmpfs mode, volume-nocopy) as asked; an option of another
+    type than the mount's is not understood."""
+    for key in ("tmpfs-size", "tmpfs-mode", "volume-nocopy"):
+        if key in values and not key.startswith(f"{kind}-"):
+            raise MountParseError(f"{key} is an option of a {key.split('-')[0]} mount")
+    size: int | None = None
+    mode: int | None = None
+    if "tmpfs-size" in values:
+        found = _SIZE.fullmatch(values["tmpfs-size"].strip())
+        if found is None:
+            raise MountParseError(f"tmpfs-size={values['tmpfs-size']!r} is not a size")
+        size = int(found.group(1)) * _UNITS[found.group(2).lower()]
+    if "tmpfs-mode" in values:
+        if not _MODE.fullmatch(values["tmpfs-mode"].strip()):
+            raise MountParseError(f"tmpfs-mode={values['tmpfs-mode']!r} is not an octal mode")
+        mode = int(values["tmpfs-mode"].strip(), 8)
+    return size, mode, _flag(values, "volume-nocopy")
 
 
 def _by_kind(
@@ -198,7 +342,7 @@ def _bind_problem(normalized: str, project: str) -> tuple[Outcome, str] | None:
     below the project root a symbolic link (each is lstat'ed: docker resolves links
     again at create time, after this check); the source itself a file or a directory.
     """
-    written_root = posixpath.normpath(project)
+    written_root = normalize(project)
     real_root = os.path.realpath(written_root)
     relative = _relative_to(normalized, written_root)
     if relative is None:
@@ -238,7 +382,7 @@ def _bind(
         return MountDecision(None, "dropped", f"the source {source!r} is not an absolute path")
     if (reason := blocked.reason(source)) is not None:
         return MountDecision(None, "refused", f"{reason}: no cloister may mount it")
-    normalized = posixpath.normpath(expanded)
+    normalized = normalize(expanded)
     try:
         problem = _bind_problem(normalized, project)
     except (OSError, ValueError) as error:

@@ -8,10 +8,17 @@ read only if its name does not look like a credential (``GITHUB_TOKEN``,
 ``NPM_*``): otherwise a planted ``"containerEnv": {"X": "${localEnv:GITHUB_TOKEN}"}``
 would hand it to the agent. The
 names are a heuristic; what the CLI passes as the environment is the real boundary.
+
+``${devcontainerId}`` is the spec's stable id of one dev container: computed as the
+reference implementation does, from the project's folder and the file's path
+(:func:`devcontainer_id`), so a ``cache-${devcontainerId}`` volume is the same at each
+start.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import re
 from collections.abc import Mapping
@@ -64,6 +71,26 @@ def secret_reason(name: str) -> str:
     )
 
 
+_BASE32 = "0123456789abcdefghijklmnopqrstuv"
+
+
+def devcontainer_id(local_folder: str, config_file: str) -> str:
+    """The spec's ``${devcontainerId}``: 52 base-32 digits of the sha256 of the id labels.
+
+    The reference CLI labels a dev container with ``devcontainer.local_folder`` and
+    ``devcontainer.config_file`` and hashes their JSON (keys sorted, no spaces); the
+    digest, read as one number, is written in base 32 (``0-9a-v``), zero-padded to 52.
+    """
+    labels = {"devcontainer.config_file": config_file, "devcontainer.local_folder": local_folder}
+    text = json.dumps(labels, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    number = int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+    digits = []
+    while number:
+        number, digit = divmod(number, 32)
+        digits.append(_BASE32[digit])
+    return "".join(reversed(digits)).rjust(52, "0")
+
+
 @dataclass(frozen=True, slots=True)
 class Substituted:
     """A value after substitution, and what it read on the way."""
@@ -80,6 +107,7 @@ class Variables:
     environ: Mapping[str, str]
     local_workspace: str
     container_workspace: str
+    devcontainer_id: str | None = None  # None: ``${devcontainerId}`` is left unknown
 
     def substitute(self, text: str) -> Substituted:
         """Replace the variables in *text*; ``${containerEnv:X}`` is the container's."""
@@ -104,6 +132,8 @@ class Variables:
                 "containerWorkspaceFolder": container,
                 "containerWorkspaceFolderBasename": posixpath.basename(container),
             }
+            if self.devcontainer_id is not None:
+                known["devcontainerId"] = self.devcontainer_id
             if match.group(1) in known:
                 return known[match.group(1)]
             unknown.append(match.group(0))
