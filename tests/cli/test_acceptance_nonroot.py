@@ -14,6 +14,7 @@ cloister of its directories at the end.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,4 +131,65 @@ def test_a_non_root_user_runs_the_guardian_and_a_cloister_as_itself(
         assert f"stopped {name}" in stopped.stdout, stopped.describe()
         assert name not in cli.listing()
     finally:
+        remove_containers([name])
+
+
+# A service answering one line on a port, with what debian:bookworm-slim has (perl-base).
+# `$$` is compose's `$`: a compose file interpolates `$s`.
+ECHO_SERVICE = (
+    "use IO::Socket::INET;"
+    "my $$s = IO::Socket::INET->new(LocalPort => 7000, Listen => 5, ReuseAddr => 1) or die;"
+    'while (my $$c = $$s->accept) { print $$c "hello from svc\\n"; close $$c }'
+)
+
+
+def test_a_non_root_user_gets_a_compose_service_and_a_local_feature(
+    cli: CloisterCli, user: HostUser
+) -> None:
+    """Issue 22 as that user: the Feature's lock file is the user's, the Feature's cache
+    is in the user's data directory, and the service beside the cloister answers it by
+    its name; ``stop`` removes both."""
+    name = unique("nrcompose")
+    repo = make_repo(cli.root / name, user=user)
+    folder = repo / ".devcontainer"
+    feature = folder / "hello"
+    feature.mkdir(parents=True)
+    (feature / "devcontainer-feature.json").write_text(
+        json.dumps({"id": "hello", "version": "1.0.0", "options": {"word": {"type": "string"}}})
+    )
+    (feature / "install.sh").write_text('#!/bin/sh\necho "$WORD $(id -u)" > /opt/hello\n')
+    (feature / "install.sh").chmod(0o755)
+    compose = {
+        "services": {
+            "app": {"image": SLIM_IMAGE},
+            "svc": {"image": SLIM_IMAGE, "command": ["perl", "-e", ECHO_SERVICE]},
+        }
+    }
+    (folder / "compose.yaml").write_text(json.dumps(compose))
+    document = {
+        "dockerComposeFile": "compose.yaml",
+        "service": "app",
+        "features": {"./hello": {"word": "hi"}},
+    }
+    (folder / "devcontainer.json").write_text(json.dumps(document))
+    user.adopt(folder)
+    service = cli.instance.sidecar(name, "svc")
+    try:
+        started = cli.ok("start", "-d", "--yes", cwd=repo)
+        assert exec_ok(name, "cat /opt/hello").stdout == "hi 0\n", started.describe()
+        assert exec_ok(name, "id -u").stdout.strip() == str(user.uid)
+        answer = exec_ok(name, "exec 3<>/dev/tcp/svc/7000 && head -n1 <&3")
+        assert answer.stdout == "hello from svc\n", answer.describe()
+        lock = folder / "devcontainer-lock.json"
+        assert not lock.exists() or user.owns(lock)  # a local Feature is not locked
+        running = run_command(
+            [docker_executable(), "inspect", "--format", "{{.State.Running}}", service],
+            timeout=30,
+        )
+        assert running.stdout.strip() == "true", running.describe()
+        cli.ok("stop", name)
+        gone = run_command([docker_executable(), "inspect", service], timeout=30)
+        assert gone.returncode != 0, gone.describe()
+    finally:
+        run_command([docker_executable(), "rm", "-f", service], timeout=60)
         remove_containers([name])

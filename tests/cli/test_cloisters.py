@@ -18,7 +18,7 @@ import docker.errors
 import pytest
 from docker.types import Mount
 
-from cloister_cli import cloisters, gitmounts, sessions, starting
+from cloister_cli import cloisters, dryrun, gitmounts, sessions, starting
 from cloister_cli.cloisters import (
     CloisterStartError,
     ContainerPlan,
@@ -27,6 +27,7 @@ from cloister_cli.cloisters import (
     environment_for,
 )
 from cloister_cli.projects import Project
+from cloister_core import stack
 from cloister_core.config.models import DefaultsConfig, GuardianConfig
 from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
@@ -708,3 +709,30 @@ def test_a_quota_the_engine_refuses_says_what_to_change(
         )
     # Its network was made, the services put on it, and removed with the failed start.
     assert log == ["create api", "connect api", "remove api"]
+
+
+def test_compose_services_are_reached_directly_and_a_shared_one_on_localhost(
+    host: Host, repo: Path
+) -> None:
+    """A service's name goes around the proxy (which could not reach it); one in the
+    cloister's network namespace is 127.0.0.1, since no DNS knows its name."""
+    workspace = main_checkout(repo)
+    git_plan = sessions.prepare(host.paths, workspace, "api", home=host.home).git_plan
+    plan = cloisters.plan(
+        workspace,
+        "api",
+        record_for(workspace, "api"),
+        instance=INSTANCE,
+        image="cloister:latest",
+        limits=LIMITS,
+        refs=(),
+        forbidden=host.forbidden,
+        git_plan=git_plan,
+        extras=cloisters.Extras(services=("db", "cache"), local_services=("cache",)),
+    )
+    for name in ("NO_PROXY", "no_proxy"):
+        assert plan.environment[name].split(",")[-2:] == ["db", "cache"]
+        assert stack.PROXY_ALIAS in plan.environment[name].split(",")
+    assert plan.run_kwargs()["extra_hosts"] == {"cache": "127.0.0.1"}
+    assert "--add-host" in dryrun.docker_run_argv(plan.run_kwargs())
+    assert "extra_hosts" not in plan_for(host, workspace, "other").run_kwargs()

@@ -509,7 +509,7 @@ def _local_features(root: Path, paths: CloisterPaths, **options: str | bool) -> 
     return plan_features(context, devcontainer)
 
 
-def test_features_are_a_build_between_the_devcontainer_and_the_cloister_layer(
+def test_features_are_a_build_on_the_cloister_layer(
     engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
 ) -> None:
     features = _local_features(project, paths, greeting="hello")
@@ -525,8 +525,10 @@ def test_features_are_a_build_between_the_devcontainer_and_the_cloister_layer(
         source=source,
         features=features,
     )
-    _, installing, layer, _ = engine.builds
-    assert installing.args == {BASE_ARG: "sha256:built1"}
+    _, layer, installing, _ = engine.builds
+    assert "COPY hostexec" in layer.dockerfile
+    assert layer.args == {BASE_ARG: "sha256:built1"}
+    assert installing.args == {BASE_ARG: "sha256:built2"}
     assert "USER root" in installing.dockerfile
     assert "COPY features /tmp/cloister-features" in installing.dockerfile
     assert (
@@ -537,7 +539,6 @@ def test_features_are_a_build_between_the_devcontainer_and_the_cloister_layer(
     assert b"echo $GREETING" in installing.files["features/1/install.sh"]
     assert b"GREETING=" in installing.files["features/1/devcontainer-features.env"]
     assert b"hello" in installing.files["features/1/devcontainer-features.env"]
-    assert layer.args == {BASE_ARG: "sha256:built2"}
     assert "install Feature ./hello" in " ".join(done.steps)
 
 

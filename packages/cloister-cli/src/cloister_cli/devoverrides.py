@@ -9,7 +9,9 @@ turns the kept parts into :class:`~cloister_cli.cloisters.Extras`:
   volume for another project's agent to run);
 * ``--shm-size`` and ``--hostname`` of ``runArgs`` as the SDK's keyword arguments;
 * ``containerEnv``, then ``remoteEnv`` (a ``null`` unsets a ``containerEnv`` one;
-  ``${containerEnv:X}`` is read from ``containerEnv``, else the image's environment).
+  ``${containerEnv:X}`` is read from ``containerEnv``, else the image's environment);
+* a compose file's services: their names in ``NO_PROXY`` (the cloister reaches them
+  directly, on its own network), and 127.0.0.1 for those in its network namespace.
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ def extras_for(
         elif option == "--shm-size":
             shm_size = value
     mounts = tuple(mount_for(spec, project) for spec in devcontainer.mounts)
-    return Extras(mounts, environment, hostname, shm_size), tuple(notes)
+    services = tuple(service.name for service in devcontainer.services)
+    local = tuple(item.name for item in devcontainer.services if item.shares_cloister_network)
+    return Extras(mounts, environment, hostname, shm_size, services, local), tuple(notes)
 
 
 def _resolve(

@@ -112,6 +112,8 @@ def docker_run_argv(kwargs: Mapping[str, Any], *, secret: str = "") -> list[str]
         flags += ["--mount", mount_argument(mount)]
     for name, value in rest.pop("environment", {}).items():
         flags += ["--env", f"{name}={masked(name, value, secret)}"]
+    for name, address in rest.pop("extra_hosts", {}).items():
+        flags += ["--add-host", f"{name}:{address}"]
     flags += _service_options(rest)
     entrypoint = list(rest.pop("entrypoint", None) or [])
     if entrypoint:  # docker run takes one word; the rest go before the command

@@ -255,14 +255,18 @@ def host_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
 
 def build_inputs(devcontainer: Devcontainer | None) -> list[Path]:
     """Everything a build of *devcontainer*'s image reads: its files (devcontainer.json,
-    the Dockerfile) and its build context, a directory; added to the shape, as the
-    agent may have written them anywhere (``"dockerfile": "../Dockerfile"``)."""
+    the Dockerfile) and its build context, a directory, and those of the compose
+    services built beside it; added to the shape, as the agent may have written them
+    anywhere (``"dockerfile": "../Dockerfile"``), and a build runs what its context
+    holds."""
     if devcontainer is None:
         return []
     found = list(devcontainer.input_files())
-    context = devcontainer.source.context
-    if context is not None and context not in found:
-        found.append(context)
+    sources = (devcontainer.source, *(service.source for service in devcontainer.services))
+    for source in sources:
+        for path in (source.dockerfile, source.context):
+            if path is not None and path not in found:
+                found.append(path)
     return found
 
 
@@ -271,11 +275,18 @@ def checked_devcontainer(
     load: Callable[[], Devcontainer | None],
 ) -> Devcontainer | None:
     """The devcontainer read again after the shape was approved: the one the build uses,
-    provided it reads the same inputs as the one whose inputs were approved."""
+    provided it reads the same inputs, and names the same Features (resolved from the
+    first), as the one whose inputs were approved."""
     again = load()
-    if set(build_inputs(again)) != set(build_inputs(first)):
+    if set(build_inputs(again)) != set(build_inputs(first)) or _features(again) != _features(first):
         raise shape.ShapeChangedError("the devcontainer changed while you were asked")
     return again
+
+
+def _features(devcontainer: Devcontainer | None) -> object:
+    if devcontainer is None:
+        return ()
+    return (devcontainer.features, devcontainer.override_feature_order)
 
 
 def plan_image(

@@ -147,12 +147,14 @@ class Instance:
         return name if service is None else f"{name}.{service}"
 
     def sidecar(self, cloister: str, service: str) -> str:
-        """A compose service beside a cloister: ``cloister-<id>-guardian-svc-my-api-db``.
+        """A compose service beside a cloister: ``cloister-<id>-guardian-svc-my-api.db``.
 
         In the guardian's namespace, like a forwarder: never a cloister's container or
-        network name (``cloister-<id>-my-api-db`` could be cloister ``my-api-db``'s).
+        network name (``cloister-<id>-my-api-db`` could be cloister ``my-api-db``'s). A
+        service name has no dot, so the last one tells cloister ``a-b``'s service ``c``
+        from cloister ``a``'s service ``b-c``.
         """
-        return f"{self.service('svc')}-{cloister}-{service}"
+        return f"{self.service('svc')}-{cloister}.{service}"
 
     def sync_prefix(self, cloister: str) -> str:
         """The start of a sync container's name (`cloister sync`'s export)."""

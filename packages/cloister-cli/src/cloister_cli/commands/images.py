@@ -83,8 +83,9 @@ def build(
 ) -> None:
     """Build the project's image, as `cloister start` would, and print its tag.
 
-    The image: the devcontainer's (its `image`, or a build of its Dockerfile)
-    with Cloister's layer (hostexec, /work), or the base image without one;
+    The image: the devcontainer's (its `image`, or a build of its Dockerfile),
+    its Features each in a layer of its own, and Cloister's layer (hostexec,
+    /work), or the base image without one;
     then the project's .cloister/Dockerfile on top, if there is one (it starts
     with `ARG CLOISTER_BASE` and `FROM ${CLOISTER_BASE}`). Nothing is pulled:
     a devcontainer image must be on this machine.
@@ -104,6 +105,7 @@ def build(
         shape,
         starting,
     )
+    from cloister_cli.features import resolve  # noqa: PLC0415
 
     if no_devcontainer and devcontainer_path is not None:
         raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
@@ -122,6 +124,9 @@ def build(
         )
 
     devcontainer = load()
+    environ = starting.host_environment()
+    # Resolved (the lock file written on first use) before the shape check, as at start.
+    features = resolve.for_start(context, project.root, devcontainer, environ, dry_run=dry_run)
     base = image or context.config.defaults.image
     if dry_run:
         plan = projectimages.plan_project_image(
@@ -132,6 +137,7 @@ def build(
             devcontainer=devcontainer,
             base_image=base,
             source=context.source,
+            features=features,
         )
         for step in plan.steps:
             click.echo(printable(step))
@@ -146,13 +152,19 @@ def build(
         extra=[
             *([devcontainer_path] if devcontainer_path is not None else []),
             *starting.build_inputs(devcontainer),
+            *resolve.lock_input(devcontainer),
         ],
         confirm=confirm_shape if interactive else None,
         command="images build",
         assume_yes=assume_yes,
         scope="cloister" if no_devcontainer else "all",
     )
-    devcontainer = starting.checked_devcontainer(devcontainer, load)
+    warnings: list[str] = []
+    devcontainer = resolve.applied(
+        starting.checked_devcontainer(devcontainer, load), features, warnings
+    )
+    for warning in warnings:
+        note(warning)
     projects.register(context.paths, project)  # prune keeps the images of known projects
     with build_progress() as progress:
         if devcontainer is None:
@@ -167,6 +179,7 @@ def build(
             source=context.source,
             progress=progress,
             rebuild=no_cache,
+            features=features,
         )
     shape.save_approved(context.paths, project.name, approved)
     if plan.key is None:

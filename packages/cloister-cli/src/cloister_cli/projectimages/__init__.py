@@ -1,16 +1,17 @@
-"""A project's own image: its devcontainer's image, Cloister's layer, ``.cloister/Dockerfile``.
+"""A project's own image: the devcontainer's, the cloister layer, Features, .cloister/Dockerfile.
 
 What ``cloister start`` runs, in order:
 
 1. the devcontainer's ``image`` (it must be on this machine: Cloister pulls nothing) or
    the ``docker build`` of its Dockerfile (context, ``args``, ``target``); without a
    devcontainer, the base image (Cloister's agent image, ``defaults.image``);
-2. the devcontainer's Features, if any, in one build on top of that: each installed as
+2. after a devcontainer only, *the cloister layer*: the ``hostexec`` client at
+   ``/usr/local/bin/hostexec`` and an empty ``/work``, nothing else (two ``COPY``
+   instructions, so an image without a shell takes it too; before the Features, so
+   Docker's cache has it whatever the Features are);
+3. the devcontainer's Features, if any, in one build on top of that: each installed as
    root in its own layers, in install order (:mod:`cloister_cli.features.layers`;
    resolved, fetched and locked beforehand by :mod:`cloister_cli.features.resolve`);
-3. after a devcontainer only, *the cloister layer*: the ``hostexec`` client at
-   ``/usr/local/bin/hostexec`` and an empty ``/work``, nothing else (two ``COPY``
-   instructions, so an image without a shell takes it too);
 4. ``.cloister/Dockerfile`` of the project, if there is one, built on top of that with
    ``--build-arg CLOISTER_BASE=<the image so far>`` and ``.cloister/`` as its context.
 

@@ -110,12 +110,14 @@ def plan_project_image(
         start = _plan_devcontainer(
             client, root, devcontainer=devcontainer, digest=digest, steps=steps, builds=builds
         )
+        # The cloister layer before the Features: the same on the same image with or
+        # without them, so Docker's cache has it when Features are added or changed.
+        builds.append(_cloister_layer(source, digest))
+        steps.append("add the cloister layer (/usr/local/bin/hostexec, /work)")
         if features is not None and features.installs:
             as_root = start is None or _image_user(client, start) not in ("", "root", "0")
             builds.append(_features_layer(devcontainer, features, digest, as_root=as_root))
             steps += step_lines(features.installs)
-        builds.append(_cloister_layer(source, digest))
-        steps.append("add the cloister layer (/usr/local/bin/hostexec, /work)")
         base = None
     if project_dockerfile is not None:
         context = project_dockerfile.parent
