@@ -197,5 +197,5 @@ def test_images_list_loads_no_config_parser(tmp_path: Path) -> None:
     }
     modules = imported(tmp_path, "images", "list", env=env)
     assert "cloister_cli.projectimages.store" in modules
-    parsers = ("ruamel", "cloister_core.config", "cloister_core.devcontainer", "json5")
+    parsers = ("ruamel", "cloister_core.config", "cloister_core.devcontainer")
     assert [m for m in modules if m.startswith(parsers)] == []

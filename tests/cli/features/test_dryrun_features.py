@@ -70,6 +70,10 @@ def test_the_dry_run_lists_the_features_in_install_order(
     assert "127.0.0.1:9/f/gone:1 (not fetched)" in shown
     assert "note      not fetched: cannot fetch Feature 127.0.0.1:9/f/gone" in shown
     assert lines[-1] == "`cloister start` would write the lock file (the new pins above)"
+    assert "(but Features fetched into Cloister's cache)" in dryrun.header(preview)
+    again = plan_features(context, devcontainer, dry_run=True)
+    cached = cast("Preview", SimpleNamespace(features=again, secret="tok"))
+    assert dryrun.header(cached).endswith("nothing was built, written or started")
     assert not path.with_name("devcontainer-lock.json").exists()
 
     scripted = dryrun._features_json(preview)

@@ -283,9 +283,20 @@ def to_json(preview: Preview) -> dict[str, Any]:
     }
 
 
+def header(preview: Preview) -> str:
+    """What the dry run did not do: it builds, starts and writes nothing (Features it
+    fetched to show what they ask for go into Cloister's cache, and it says so)."""
+    fetched = preview.features is not None and any(
+        item.feature.kind == "oci" and item.resolved is not None and not item.cached
+        for item in preview.features.installs
+    )
+    written = " (but Features fetched into Cloister's cache)" if fetched else ""
+    return f"cloister start --dry-run: nothing was built, written{written} or started"
+
+
 def render(preview: Preview) -> str:
     """The dry run for people: what would be built, decided and run."""
-    out: list[str] = ["cloister start --dry-run: nothing was built, written or started", ""]
+    out: list[str] = [header(preview), ""]
     plan = preview.plan
     out.append(f"cloister   {preview.name} ({plan.container}) in {preview.workspace.directory}")
     if preview.running:
