@@ -93,3 +93,29 @@ def test_a_tarball_over_the_size_bound_is_refused(
 def test_what_is_no_tar_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FeatureFetchError, match="no tar"):
         cache.store(_paths(tmp_path), _fetched(b"not a tar at all" * 100))
+
+
+def test_the_cache_gets_no_setuid_file_nor_a_folder_others_may_write(tmp_path: Path) -> None:
+    def member(name: str, mode: int, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(name)
+        info.mode, info.type = mode, kind
+        return info
+
+    layer = _tar(
+        (member("open", 0o777, tarfile.DIRTYPE), None),
+        (member("open/install.sh", 0o4777), b"#!/bin/sh\n"),
+        (member("install.sh", 0o6755), b"#!/bin/sh\n"),
+        (member("sticky", 0o1777, tarfile.DIRTYPE), None),
+    )
+    folder = cache.store(_paths(tmp_path), _fetched(layer))
+    modes = {
+        path.relative_to(folder).as_posix(): path.stat().st_mode & 0o7777
+        for path in folder.rglob("*")
+    }
+    assert modes == {
+        "open": 0o755,
+        "open/install.sh": 0o755,
+        "install.sh": 0o755,
+        "sticky": 0o755,
+    }
+    assert folder.parent.stat().st_mode & 0o077 == 0  # the entry: the user's only

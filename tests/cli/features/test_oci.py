@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,3 +115,94 @@ def test_a_layer_over_the_bound_is_refused(
     with pytest.raises(FeatureFetchError, match="more than 1000"):
         Client().fetch(Reference.parse(f"{registry.host}/f/big:1"), digest)
     assert registry.served("/blobs/") == []  # refused by the manifest's size, not fetched
+
+
+# --- the URLs a registry names: never a service of the host or its network ----------------
+
+
+class _Recorder:
+    """A loopback HTTP server answering every GET with *status* and *headers*; it records
+    the paths it was asked (the 'victim' a hostile registry points the host at)."""
+
+    def __init__(self, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        self.paths: list[str] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                recorder.paths.append(self.path)
+                self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value.replace("{port}", str(recorder.port)))
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Recorder:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.mark.parametrize(
+    "realm",
+    ["http://127.0.0.1:{victim}/admin/delete", "file:///etc/passwd", "gopher://127.0.0.1:1/x"],
+)
+def test_a_token_realm_elsewhere_than_https_is_never_asked(realm: str) -> None:
+    with _Recorder() as victim:
+        challenge = f'Bearer realm="{realm.format(victim=victim.port)}",service="x"'
+        with _Recorder(401, {"WWW-Authenticate": challenge}) as registry:
+            reference = Reference.parse(f"127.0.0.1:{registry.port}/f/x:1")
+            with pytest.raises(FeatureFetchError, match="only https is followed"):
+                Client(timeout=5).resolve(reference)
+    assert victim.paths == []
+
+
+def test_a_redirect_to_another_service_of_the_host_is_not_followed() -> None:
+    with _Recorder() as victim:
+        location = f"http://127.0.0.1:{victim.port}/containers/json"
+        with _Recorder(307, {"Location": location}) as registry:
+            reference = Reference.parse(f"127.0.0.1:{registry.port}/f/x:1")
+            with pytest.raises(FeatureFetchError, match="only https is followed"):
+                Client(timeout=5).resolve(reference)
+    assert victim.paths == []
+
+
+def test_redirects_within_the_loopback_registry_are_followed_and_bounded() -> None:
+    with _Recorder(302, {"Location": "http://127.0.0.1:{port}/again"}) as registry:
+        reference = Reference.parse(f"127.0.0.1:{registry.port}/f/x:1")
+        with pytest.raises(FeatureFetchError, match=f"more than {oci.MAX_REDIRECTS} redirects"):
+            Client(timeout=5).resolve(reference)
+    assert len(registry.paths) == oci.MAX_REDIRECTS + 1
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("https://ghcr.io/token?scope=x", None),
+        ("https://pkg-containers.githubusercontent.com/ghcr1/blobs/sha256:00", None),
+        ("http://ghcr.io/token", "only https is followed"),
+        ("https://localhost/token", "not to this machine"),
+        ("https://x.localhost/token", "not to this machine"),
+        ("https://127.0.0.1:2376/containers/json", "not to this machine"),
+        ("https://[::1]/token", "not to this machine"),
+        ("https://169.254.169.254/latest/meta-data/", "not to this machine"),
+        ("https://10.0.0.1/token", "not to this machine"),
+        ("https://192.168.1.1/token", "not to this machine"),
+        ("file:///etc/passwd", "only https is followed"),
+    ],
+)
+def test_the_urls_a_public_registry_may_send_the_host_to(url: str, problem: str | None) -> None:
+    found = oci.url_problem(Reference.parse("ghcr.io/devcontainers/features/node:1"), url)
+    assert (found is None) if problem is None else (problem in (found or "")), found

@@ -5,6 +5,7 @@ metadata's requests, and the lock file written without following a planted link.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,50 @@ def test_a_feature_asking_for_privileged_and_capabilities_gets_neither(
     assert set(plan.overrides) <= set(merged.overrides)
     warnings = resolve.warnings_of(devcontainer, plan)
     assert any("privileged" in line and "dropped" in line for line in warnings)
+
+
+@pytest.mark.parametrize("planted", ["fifo", "directory"])
+def test_a_fifo_or_a_directory_at_the_lock_neither_hangs_nor_is_written_through(
+    tmp_path: Path, project: Path, registry: FakeRegistry, planted: str
+) -> None:
+    registry.publish("f/x", make_feature(tmp_path / "x", "x"), "1")
+    devcontainer = _devcontainer(project, _oci(f"{registry.host}/f/x:1"))
+    lock = project / ".devcontainer" / "devcontainer-lock.json"
+    make = os.mkfifo if planted == "fifo" else os.mkdir
+    make(lock)
+    with pytest.raises(FeaturesError, match="not a regular file"):  # read: refused at once
+        plan_features(_context(tmp_path, project, registry), devcontainer)
+    if planted == "directory":
+        lock.rmdir()
+    else:
+        lock.unlink()
+    plan = plan_features(_context(tmp_path, project, registry), devcontainer)
+    make(lock)  # planted between the read and the write
+    if planted == "fifo":
+        assert write_lock(plan, project)  # replaced, never opened
+        assert "features" in json.loads(lock.read_text())
+    else:
+        (lock / "keep").touch()
+        with pytest.raises(FeaturesError, match="cannot write the Feature lock file"):
+            write_lock(plan, project)
+        assert list(lock.iterdir()) == [lock / "keep"]
+
+
+def test_a_feature_mounting_the_projects_git_directory_gets_no_mount(
+    tmp_path: Path, project: Path, registry: FakeRegistry
+) -> None:
+    (project / ".git" / "hooks").mkdir(parents=True)
+    (project / "src").mkdir()
+    mounts = [
+        {"source": "${localWorkspaceFolder}/.git", "target": "/g", "type": "bind"},
+        {"source": "${localWorkspaceFolder}", "target": "/all", "type": "bind"},
+        {"source": "${localWorkspaceFolder}/src", "target": "/src", "type": "bind"},
+    ]
+    registry.publish("f/m", make_feature(tmp_path / "m", "m", mounts=mounts), "1")
+    devcontainer = _devcontainer(project, _oci(f"{registry.host}/f/m:1"))
+    plan = plan_features(_context(tmp_path, project, registry), devcontainer)
+    decisions = [item for item in plan.overrides if ".mounts[" in item.field]
+    assert [item.outcome for item in decisions] == ["refused", "refused", "kept"]
+    assert "git directory" in decisions[0].why
+    assert "the project itself" in decisions[1].why
+    assert [mount.target for mount in plan.mounts] == ["/src"]

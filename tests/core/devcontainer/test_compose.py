@@ -751,3 +751,68 @@ def test_too_many_compose_files_are_refused(workspace: Workspace) -> None:
             APP,
             devcontainer=f'{{"dockerComposeFile": [{names}], "service": "app"}}',
         )
+
+
+# --- git directories: no service gets the human's -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("volume", "why"),
+    [
+        ("..:/src:ro", "is the project itself"),
+        ("../.git:/g", "is inside a git directory"),
+        ("../.git/config:/g:ro", "is inside a git directory"),
+        ("../sub:/s", "sub/.git, a git directory"),
+        ("../planted:/p", "is a symbolic link"),
+        ("../planted/hooks:/p", "is a symbolic link"),
+    ],
+)
+def test_no_service_mounts_a_git_directory(workspace: Workspace, volume: str, why: str) -> None:
+    (workspace.project / ".git" / "hooks").mkdir(parents=True)
+    (workspace.project / ".git" / "config").write_text("[core]\n")
+    (workspace.project / "sub" / ".git").mkdir(parents=True)
+    (workspace.project / "planted").symlink_to(".git")
+    text = (
+        APP
+        + f"    volumes: [{volume!r}]\n"
+        + f"  db:\n    image: postgres:16\n    volumes: [{volume!r}]\n"
+    )
+    loaded = compose(workspace, text)
+    for field in ("services.db.volumes[0]", "services.app.volumes[0]"):
+        decision = override(loaded, field)
+        if field.startswith("services.app") and why == "is the project itself":
+            # The cloister's service: dropped, as Cloister mounts the project itself.
+            assert decision.outcome == "dropped", decision.describe()
+            continue
+        assert (decision.outcome, why in decision.why) == ("refused", True), decision.describe()
+    assert loaded.mounts == ()
+    assert service(loaded, "db").mounts == ()
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        ("{context: ../.git, dockerfile: ../.devcontainer/Dockerfile}", "context: "),
+        ("{context: ../.git/hooks, dockerfile: ../../.devcontainer/Dockerfile}", "context: "),
+        ("{context: ., dockerfile: ../.git/config}", "dockerfile: "),
+    ],
+)
+def test_no_build_reads_the_projects_git_directory(
+    workspace: Workspace, build: str, message: str
+) -> None:
+    (workspace.project / ".git" / "hooks").mkdir(parents=True)
+    (workspace.project / ".git" / "config").write_text("[core]\n")
+    for name in ("app", "db"):
+        text = APP if name == "db" else ""
+        text = (text or "services:\n") + f"  {name}:\n    build: {build}\n"
+        with pytest.raises(DevcontainerError, match=message + ".* is inside a git directory"):
+            compose(workspace, text)
+
+
+def test_a_dotenv_linking_outside_the_project_is_not_read(workspace: Workspace) -> None:
+    (workspace.home / "secrets.env").write_text("IMAGE_TAG=from-home\n")
+    (workspace.project / ".devcontainer").mkdir(parents=True, exist_ok=True)
+    (workspace.project / ".devcontainer" / ".env").symlink_to(workspace.home / "secrets.env")
+    text = APP + "    environment: {TAG: '${IMAGE_TAG:-unset}'}\n"
+    loaded = compose(workspace, text)
+    assert loaded.container_env["TAG"] == "unset"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from cloister_core.devcontainer import DevcontainerError, mounts
+from cloister_core.devcontainer.blocked import MAX_SEARCHED_PER_LOAD, BlockedPaths
+from cloister_core.devcontainer.variables import Variables
 from tests.core.devcontainer.conftest import Workspace
 
 # (fragment of devcontainer.json, the override's field, outcome, words of its reason)
@@ -241,10 +246,16 @@ OVERRIDES: list[tuple[str, str, str, str]] = [
         "read-only, as asked",
     ),
     (
-        '"mounts": ["source=${localWorkspaceFolder},target=/src,type=bind"]',
+        '"mounts": ["source=${localWorkspaceFolder}/data,target=/src,type=bind"]',
         "mounts[0]",
         "kept",
         "made read-only",
+    ),
+    (
+        '"mounts": ["source=${localWorkspaceFolder},target=/src,type=bind"]',
+        "mounts[0]",
+        "refused",
+        "is the project itself: Cloister mounts it already",
     ),
     (
         '"mounts": ["source=mods,target=${containerWorkspaceFolder}/node_modules,type=volume"]',
@@ -556,3 +567,148 @@ def test_override(workspace: Workspace, fragment: str, field: str, outcome: str,
         assert loaded.mounts == ()
     if field.startswith("runArgs"):
         assert bool(loaded.run_args) == (outcome == "kept")
+
+
+# --- git directories: no bind mount gives a cloister the human's ---------------------------
+
+
+def _git_dir(path: Path) -> Path:
+    """A folder git would take for a git directory."""
+    for folder in ("objects", "refs"):
+        (path / folder).mkdir(parents=True)
+    (path / "HEAD").write_text("ref: refs/heads/main\n")
+    (path / "config").write_text('[remote "origin"]\n\turl = https://me:tok@example.com/r\n')
+    return path
+
+
+@pytest.fixture
+def repository(workspace: Workspace) -> Workspace:
+    """The workspace's project as a git repository with a nested one and a worktree's."""
+    project = workspace.project
+    _git_dir(project / ".git")
+    (project / ".git" / "hooks").mkdir()
+    _git_dir(project / "vendor" / "lib" / ".git")
+    (project / "vendor" / "lib" / "src").mkdir()
+    # A worktree whose gitdir lives in the project under another name, named by a .git file.
+    (project / "meta" / "wt").mkdir(parents=True)
+    (project / "meta" / "wt" / "HEAD").write_text("0" * 40 + "\n")
+    (project / "meta" / "wt" / "commondir").write_text("../../.git\n")
+    (project / "tree").mkdir()
+    (project / "tree" / ".git").write_text("gitdir: ../meta/wt\n")
+    (project / "bare.git" / "sub").mkdir(parents=True)
+    _git_dir(project / "bare.git")
+    (project / "src" / "app").mkdir(parents=True)
+    (project / "src" / "app" / "main.py").write_text("print()\n")
+    (project / "deep").mkdir()
+    (project / "deep" / "a" / "b" / "c").mkdir(parents=True)
+    (project / "deep" / "a" / "b" / "c" / ".GIT").mkdir()  # case-folded on macOS
+    (project / "ln").symlink_to(project / ".git")
+    return workspace
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("${localWorkspaceFolder}", "is the project itself"),
+        ("${localWorkspaceFolder}/.", "is the project itself"),
+        ("${localWorkspaceFolder}/src/..", "is the project itself"),
+        ("${localWorkspaceFolder}/.git", "is inside a git directory"),
+        ("${localWorkspaceFolder}/.git/config", "is inside a git directory"),
+        ("${localWorkspaceFolder}/.git/hooks", "is inside a git directory"),
+        ("${localWorkspaceFolder}/vendor/lib/.git", "is inside a git directory"),
+        ("${localWorkspaceFolder}/vendor", "vendor/lib/.git, a git directory"),
+        ("${localWorkspaceFolder}/vendor/lib", "lib/.git, a git directory"),
+        ("${localWorkspaceFolder}/tree", "tree/.git, a git directory"),
+        ("${localWorkspaceFolder}/meta", "meta/wt, a git directory"),
+        ("${localWorkspaceFolder}/meta/wt", "is or is inside a git directory"),
+        ("${localWorkspaceFolder}/meta/wt/HEAD", "is or is inside a git directory"),
+        ("${localWorkspaceFolder}/bare.git/sub", "is or is inside a git directory"),
+        ("${localWorkspaceFolder}/deep", "c/.GIT, a git directory"),
+        ("${localWorkspaceFolder}/ln", "is a symbolic link"),
+        ("${localWorkspaceFolder}/ln/config", "is a symbolic link"),
+    ],
+)
+def test_a_bind_never_gives_the_cloister_a_git_directory(
+    repository: Workspace, source: str, why: str
+) -> None:
+    text = f'{{"image": "debian", "mounts": ["source={source},target=/g,type=bind,readonly"]}}'
+    loaded = repository.load(text)
+    (decision,) = [item for item in loaded.overrides if item.field == "mounts[0]"]
+    assert (decision.outcome, why in decision.why) == ("refused", True), decision.describe()
+    assert loaded.mounts == ()
+
+
+def test_a_bind_of_a_folder_without_git_is_kept(repository: Workspace) -> None:
+    text = (
+        '{"image": "debian", "mounts": ["source=${localWorkspaceFolder}/src,target=/s,type=bind"]}'
+    )
+    loaded = repository.load(text)
+    assert [(m.source, m.read_only) for m in loaded.mounts] == [
+        (str(repository.project / "src"), True)
+    ]
+
+
+def test_a_folder_too_big_to_search_is_refused(workspace: Workspace) -> None:
+    big = workspace.project / "big"
+    big.mkdir()
+    for index in range(mounts.MAX_SEARCHED + 1):
+        (big / str(index)).touch()
+    text = (
+        '{"image": "debian", "mounts": ["source=${localWorkspaceFolder}/big,target=/b,type=bind"]}'
+    )
+    loaded = workspace.load(text)
+    (decision,) = [item for item in loaded.overrides if item.field == "mounts[0]"]
+    assert decision.outcome == "refused"
+    assert f"more than {mounts.MAX_SEARCHED} entries" in decision.why
+
+
+def test_a_folder_named_many_times_is_searched_once(workspace: Workspace) -> None:
+    folder = workspace.project / "many"
+    folder.mkdir()
+    for index in range(1000):
+        (folder / str(index)).touch()
+    blocked = BlockedPaths(workspace.home)
+    variables = Variables(
+        environ={}, local_workspace=str(workspace.project), container_workspace="/work"
+    )
+    fields = {"type": "bind", "source": str(folder), "target": "/m"}
+    decisions = [
+        mounts.decide_mount(fields, variables=variables, blocked=blocked) for _ in range(500)
+    ]
+    assert {decision.outcome for decision in decisions} == {"kept"}
+    assert blocked.search_left == MAX_SEARCHED_PER_LOAD - 1000
+
+
+def test_all_searches_of_one_load_are_bounded(workspace: Workspace) -> None:
+    blocked = BlockedPaths(workspace.home)
+    blocked.search_left = 10  # as if earlier mounts had searched nearly all
+    variables = Variables(
+        environ={}, local_workspace=str(workspace.project), container_workspace="/work"
+    )
+    (workspace.project / "data" / "a").mkdir()
+    (workspace.project / "data" / "b").mkdir()
+    fields = {"type": "bind", "source": str(workspace.project / "data"), "target": "/d"}
+    assert mounts.decide_mount(fields, variables=variables, blocked=blocked).outcome == "kept"
+    blocked.search_left = 1
+    fields["source"] = str(workspace.project / "data" / "a")
+    (workspace.project / "data" / "a" / "x").touch()
+    (workspace.project / "data" / "a" / "y").touch()
+    decision = mounts.decide_mount(fields, variables=variables, blocked=blocked)
+    assert (decision.outcome, "cannot tell" in decision.why) == ("refused", True)
+
+
+@pytest.mark.parametrize(
+    ("build", "where"),
+    [
+        ('{"dockerfile": "Dockerfile", "context": "../.git"}', "build.context"),
+        ('{"dockerfile": "../.git/config", "context": ".."}', "build.dockerfile"),
+        ('{"dockerfile": "Dockerfile", "context": "../meta/wt"}', "build.context"),
+    ],
+)
+def test_the_image_is_never_built_from_a_git_directory(
+    repository: Workspace, build: str, where: str
+) -> None:
+    repository.write("FROM debian\n", ".devcontainer/Dockerfile")
+    with pytest.raises(DevcontainerError, match=f"{where}: .* git directory") as raised:
+        repository.load(f'{{"build": {build}}}')
+    assert raised.value.line == 1

@@ -4,6 +4,12 @@ The only module of the package that touches the network. Anonymous pulls only (t
 token dance a registry asks for public images is done; no credentials are read, not
 even ``.netrc``). A registry on loopback is spoken to over plain http, as docker does;
 every other over https. Everything fetched is verified by its sha256 and bounded in size.
+
+The project names the registry, and the registry names the URLs the host then asks
+(its token ``realm``, its redirects): each must be https to a host that is not this
+machine's nor a private address, or the loopback registry itself (:func:`url_problem`),
+so a Feature id cannot make the host send requests to a service on the host or its
+network; the token goes to the registry only.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import hashlib
 import ipaddress
 import json
 import re
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -31,6 +38,7 @@ METADATA_ANNOTATION = "dev.containers.metadata"
 MANIFEST_LIMIT = 4 * 1024 * 1024
 LAYER_LIMIT = 64 * 1024 * 1024  # a Feature is a script and a few files
 TIMEOUT = 30.0  # seconds, per request (connect and each read)
+MAX_REDIRECTS = 5
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REPOSITORY = re.compile(
@@ -193,22 +201,41 @@ class Client:
         return _Response(response)
 
     def _send(
-        self, reference: Reference, url: str, headers: Mapping[str, str]
+        self,
+        reference: Reference,
+        url: str,
+        headers: Mapping[str, str],
+        params: Mapping[str, str] | None = None,
     ) -> requests.Response:
-        sent = dict(headers)
-        token = self._tokens.get(reference.resource)
-        if token is not None:
-            sent["Authorization"] = f"Bearer {token}"
-        try:
-            return self._session.get(
-                url,
-                headers=sent,
-                timeout=self._timeout,
-                stream=True,
-                proxies=None if reference.loopback else _proxies(),
-            )
-        except requests.RequestException as error:
-            raise self._error(reference, _reason(error)) from None
+        """GET *url*, following at most :data:`MAX_REDIRECTS` redirects, each checked."""
+        for _ in range(MAX_REDIRECTS + 1):
+            if (problem := url_problem(reference, url)) is not None:
+                raise self._error(reference, problem)
+            sent = dict(headers)
+            token = self._tokens.get(reference.resource)
+            if (
+                token is not None
+                and urllib.parse.urlsplit(url).netloc.lower() == reference.registry
+            ):
+                sent["Authorization"] = f"Bearer {token}"
+            try:
+                response = self._session.get(
+                    url,
+                    headers=sent,
+                    params=params,
+                    timeout=self._timeout,
+                    stream=True,
+                    allow_redirects=False,
+                    proxies=None if reference.loopback else _proxies(),
+                )
+            except requests.RequestException as error:
+                raise self._error(reference, _reason(error)) from None
+            if not response.is_redirect:
+                return response
+            url = urllib.parse.urljoin(response.url, response.headers["Location"])
+            params = None  # the new URL holds them
+            response.close()
+        raise self._error(reference, f"more than {MAX_REDIRECTS} redirects")
 
     def _token(self, reference: Reference, challenge: str) -> str:
         """An anonymous pull token, as the registry's ``WWW-Authenticate`` asks."""
@@ -221,9 +248,9 @@ class Client:
         if "service" in fields:
             params["service"] = fields["service"]
         try:
-            response = self._session.get(realm, params=params, timeout=self._timeout)
-        except requests.RequestException as error:
-            raise self._error(reference, f"its token: {_reason(error)}") from None
+            response = self._send(reference, realm, {}, params)
+        except FeatureFetchError as error:
+            raise FeatureFetchError(f"{error} (asking for its token)") from None
         with _Response(response) as answered:
             if response.status_code != 200:
                 raise self._error(reference, f"its token: HTTP {response.status_code}")
@@ -281,6 +308,32 @@ def _json(data: bytes, reference: Reference, client: Client) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise client._error(reference, "the registry sent JSON that is no object")
     return document
+
+
+def url_problem(reference: Reference, url: str) -> str | None:
+    """Why the host must not GET *url* for *reference*'s registry, or None.
+
+    https to a named host or a public address; plain http (or this machine) only for
+    the loopback registry itself.
+    """
+    parts = urllib.parse.urlsplit(url)
+    shown = printable(url if len(url) <= 200 else url[:197] + "...")
+    if parts.netloc.lower() == reference.registry and parts.scheme == (
+        "http" if reference.loopback else "https"
+    ):
+        return None
+    if parts.scheme != "https":
+        return f"the registry sends the host to {shown}: only https is followed"
+    host = (parts.hostname or "").rstrip(".").lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        local = host in ("", "localhost") or host.endswith((".localhost", ".local"))
+    else:
+        local = not address.is_global
+    if local:
+        return f"the registry sends the host to {shown}: not to this machine or its network"
+    return None
 
 
 def _proxies() -> dict[str, str]:

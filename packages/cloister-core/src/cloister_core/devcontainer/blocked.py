@@ -82,11 +82,25 @@ def _forms(path: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(form.casefold() for form in (written, resolved)))
 
 
+MAX_SEARCHED_PER_LOAD = 100_000
+"""The most entries searched for git directories over all the bind sources of one load."""
+
+
 class BlockedPaths:
-    """The blocked list for one home directory, plus *extra* paths (Cloister's own dirs)."""
+    """The blocked list for one home directory, plus *extra* paths (Cloister's own dirs).
+
+    One is made per load: it also keeps what the search of each bind source (and of its
+    folders up to the project) for a git directory found (:mod:`.mounts`), so a file
+    naming one folder 40,000 times searches it once, and all the searches together stop
+    at :data:`MAX_SEARCHED_PER_LOAD` entries.
+    """
 
     def __init__(self, home: Path, extra: Sequence[Path] = ()) -> None:
         self.home = str(home)
+        self.searched: dict[str, str] = {}  # folder → why it is refused ('' if it is not)
+        self.git_directories: dict[str, bool] = {}  # folder → whether git would use it
+        self._reasons: dict[str, str | None] = {}
+        self.search_left = MAX_SEARCHED_PER_LOAD
         entries = [
             _Entry(f"~/{relative}", what, _forms(posixpath.join(self.home, relative)), True)
             for relative, what in _HOME_SECRETS
@@ -118,8 +132,13 @@ class BlockedPaths:
         The message names the closest blocked path: the one it is, else the most
         specific one it is inside, else the most general one it holds. (Looked up by
         the path and its parents, not compared with every entry: the agent's file may
-        hold thousands of mounts.)
+        hold thousands of mounts; the answer for one source is kept for the load.)
         """
+        if source not in self._reasons:
+            self._reasons[source] = self._reason(source)
+        return self._reasons[source]
+
+    def _reason(self, source: str) -> str | None:
         forms = _forms(self.expand(source))
         exact = [rank for mine in forms for rank in self._by_form.get(mine, ())]
         if exact:

@@ -19,6 +19,7 @@ noted and left out.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +43,7 @@ from cloister_core.devcontainer.model import (
     Override,
     value_text,
 )
-from cloister_core.devcontainer.mounts import MountDecision, decide_mount
+from cloister_core.devcontainer.mounts import MountDecision, decide_mount, git_directory_reason
 from cloister_core.devcontainer.runargs import cap_add, security_opt
 from cloister_core.devcontainer.variables import Variables
 from cloister_core.printable import printable
@@ -225,9 +226,10 @@ class ComposeReader:
         self.inputs: list[Path] = []
         self.dotenv: dict[str, str] = {}
         dotenv_path = self.directory / ".env"
-        if dotenv_path.is_file() and self.inside(dotenv_path) is not None:
+        dotenv_inside = self.inside(dotenv_path) if dotenv_path.is_file() else None
+        if dotenv_inside is not None:
             self.inputs.append(dotenv_path)
-            text = read_bounded(dotenv_path, "an env file")
+            text = read_bounded(dotenv_inside, "an env file")  # the file checked, not a link
             for _line, name, value in parse_env_file(text):
                 if value is not None:
                     self.dotenv[name] = value
@@ -613,6 +615,12 @@ class ComposeReader:
             raise self.error(
                 dockerfile_node, f"{where}.dockerfile: no such file: {str(dockerfile)!r}"
             )
+        for at, node_at, path in (
+            ("context", context_node, context),
+            ("dockerfile", dockerfile_node, dockerfile),
+        ):
+            if (why := git_directory_reason(path, self.project_root)) is not None:
+                raise self.error(node_at, f"{where}.{at}: {why}")
         self.inputs.append(dockerfile)
         self.note(dockerfile_node, f"{where}.dockerfile", "kept", f"{what} image is built from it")
         args, target = self.build_options(mapping, where)
@@ -747,7 +755,8 @@ class ComposeReader:
         source = fields.get("source", "")
         kind = fields.setdefault("type", "bind" if source.startswith(("/", ".", "~")) else "volume")
         if kind == "bind" and source.startswith("."):
-            fields["source"] = str((self.directory / source).resolve())
+            # Not resolved: the mount rules refuse a link on the way (`./data -> .git`).
+            fields["source"] = os.path.normpath(self.directory / source)
         if kind == "volume" and source:
             refused = self.declared_volume(source)
             if refused is None:

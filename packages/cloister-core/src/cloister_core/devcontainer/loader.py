@@ -48,6 +48,7 @@ from cloister_core.devcontainer.model import (
 from cloister_core.devcontainer.mounts import (
     MountParseError,
     decide_mount,
+    git_directory_reason,
     parse_mount_object,
     parse_mount_string,
 )
@@ -560,6 +561,9 @@ class _Reader:
             "every file under it would go to the build, where a Dockerfile could copy your"
             " secrets into the image",
         )
+        for at, path in ((where[0], dockerfile_path), (where[1], context_path)):
+            if (why := git_directory_reason(path, self.project_root)) is not None:
+                raise self.error(at, f"{_dotted(at)}: {why}")
         self.note(where[0], dockerfile, "kept", "the cloister's image is built from it")
         args: dict[str, str] = {}
         target: str | None = None

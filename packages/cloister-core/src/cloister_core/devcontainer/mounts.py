@@ -13,7 +13,12 @@ What is kept:
   one); so is a source with a symbolic link in any component below the project root
   (docker would resolve it again when it creates the container, and the agent can
   re-point a link) and a source that is a socket (a read-only bind still allows
-  ``connect()``), or anything else that is not a file or a directory.
+  ``connect()``), or anything else that is not a file or a directory. A git directory
+  never goes into a cloister (its ``config`` may hold credentials in remote URLs, its
+  hooks run on the host): refused are the project root itself, a source that is or
+  sits inside a git directory (a ``.git``, or a folder git would take for one: a
+  nested repository's, a worktree's, the one a ``.git`` file names) and a folder that
+  holds one, searched to :data:`MAX_SEARCHED` entries (a bigger folder is refused).
 - ``type=tmpfs``: kept, with ``tmpfs-size`` and ``tmpfs-mode``.
 
 Paths are normalised before any check (``//work``, ``/work/.``, ``/x/../work`` are
@@ -33,6 +38,7 @@ import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from cloister_core.devcontainer.blocked import BlockedPaths, normalize
 from cloister_core.devcontainer.model import MountKind, MountSpec, Outcome
@@ -335,12 +341,15 @@ def _relative_to(path: str, root: str) -> str | None:
     return path[len(prefix) :] if path.startswith(prefix) else None
 
 
-def _bind_problem(normalized: str, project: str) -> tuple[Outcome, str] | None:
+def _bind_problem(
+    normalized: str, project: str, blocked: BlockedPaths
+) -> tuple[Outcome, str] | None:
     """Why the bind source *normalized* (absolute, ``..`` collapsed) is refused, or None.
 
     Inside the project, as written or against the project's real path; no component
     below the project root a symbolic link (each is lstat'ed: docker resolves links
-    again at create time, after this check); the source itself a file or a directory.
+    again at create time, after this check); the source itself a file or a directory;
+    no git directory in it, around it or the project itself (:func:`_git_problem`).
     """
     written_root = normalize(project)
     real_root = os.path.realpath(written_root)
@@ -367,7 +376,119 @@ def _bind_problem(normalized: str, project: str) -> tuple[Outcome, str] | None:
         return "refused", why
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         return "refused", f"{normalized} is neither a file nor a directory"
+    if (git := _git_problem(normalized, relative, real_root, blocked)) is not None:
+        return "refused", git
     return None
+
+
+MAX_SEARCHED = 10_000
+"""The most entries of one bind source searched for a git directory (more: refused)."""
+_GIT_WHY = "its config may hold credentials in remote URLs, its hooks run on the host"
+_GIT_DIRECTORY = f"a git directory ({_GIT_WHY}): no cloister gets one but its own"
+
+
+def _is_git_directory(names: Mapping[str, bool]) -> bool:
+    """Whether a folder holding *names* (name → is a directory) is one git would use as
+    a git directory: ``HEAD`` and ``objects``/``refs``, or a linked worktree's ``commondir``."""
+    if names.get("HEAD") is not False:
+        return False
+    return (names.get("objects") and names.get("refs")) is True or names.get("commondir") is False
+
+
+def _names(folder: str) -> dict[str, bool]:
+    """What :func:`_is_git_directory` needs of *folder*, by lstat (not a listing: the
+    project root may hold thousands of entries, and each mount asks of its ancestors)."""
+    found: dict[str, bool] = {}
+    for name in ("HEAD", "objects", "refs", "commondir"):
+        try:
+            found[name] = stat.S_ISDIR(os.lstat(posixpath.join(folder, name)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return found
+
+
+def _listing(path: str) -> dict[str, bool]:
+    """*path*'s entries, name → whether it is a directory (links are not)."""
+    with os.scandir(path) as entries:
+        return {entry.name: entry.is_dir(follow_symlinks=False) for entry in entries}
+
+
+def _git_problem(
+    normalized: str, relative: str, real_root: str, blocked: BlockedPaths
+) -> str | None:
+    """Why the bind source *normalized* (checked link-free below the project root, whose
+    real path is *real_root*) would give the cloister a git directory, or None."""
+    if not relative:
+        return (
+            f"{normalized} is the project itself: Cloister mounts it already, with a git"
+            f" directory of its own; yours goes into no cloister ({_GIT_WHY})"
+        )
+    if (
+        around := _git_around(normalized, relative, real_root, blocked.git_directories)
+    ) is not None:
+        return around
+    source = posixpath.join(real_root, relative)
+    if not stat.S_ISDIR(os.lstat(source).st_mode):
+        return None
+    if source not in blocked.searched:
+        blocked.searched[source] = _search(source, blocked)
+    return blocked.searched[source] or None
+
+
+def _git_around(
+    shown: str, relative: str, real_root: str, known: dict[str, bool] | None = None
+) -> str | None:
+    """Why *relative* (below *real_root*, '' for the root) is or sits inside a git
+    directory, or None; *known* keeps what was found of each folder."""
+    known = {} if known is None else known
+    parts = relative.split("/") if relative else []
+    for depth in range(len(parts), -1, -1):
+        if depth and parts[depth - 1].casefold() == ".git":
+            return f"{shown} is inside {_GIT_DIRECTORY}"
+        folder = posixpath.join(real_root, *parts[:depth])
+        if folder not in known:
+            known[folder] = _is_git_directory(_names(folder))
+        if known[folder]:
+            return f"{shown} is or is inside {_GIT_DIRECTORY}"
+    return None
+
+
+def git_directory_reason(path: Path, project_root: Path) -> str | None:
+    """Why *path* (a build's context or Dockerfile, inside the project) is or sits inside
+    a git directory, or None: every file under a context goes to the build, where a
+    Dockerfile can copy it into an image the cloister runs. (A context's own top-level
+    ``.git`` is never sent.)"""
+    real_root = os.path.realpath(project_root)
+    resolved = os.path.realpath(path)
+    relative = _relative_to(resolved, real_root)
+    if relative is None:
+        return None  # outside: the caller refuses it as such
+    return _git_around(str(path), relative, real_root)
+
+
+def _search(source: str, blocked: BlockedPaths) -> str:
+    """Why the folder *source* holds a git directory ('' if it holds none)."""
+    too_big = (
+        f"{source} holds more than {MAX_SEARCHED} entries: Cloister cannot tell that it holds"
+        f" no {_GIT_DIRECTORY}; mount a smaller folder"
+    )
+    pending, searched = [source], 0
+    while pending:
+        folder = pending.pop()
+        names = _listing(folder)
+        searched += len(names)
+        blocked.search_left -= len(names)
+        if searched > MAX_SEARCHED or blocked.search_left < 0:
+            return too_big
+        if _is_git_directory(names):
+            return f"{source} holds {folder}, {_GIT_DIRECTORY}"
+        for name, is_directory in names.items():
+            path = posixpath.join(folder, name)
+            if name.casefold() == ".git":
+                return f"{source} holds {path}, {_GIT_DIRECTORY}"
+            if is_directory:
+                pending.append(path)
+    return ""
 
 
 def _bind(
@@ -384,7 +505,7 @@ def _bind(
         return MountDecision(None, "refused", f"{reason}: no cloister may mount it")
     normalized = normalize(expanded)
     try:
-        problem = _bind_problem(normalized, project)
+        problem = _bind_problem(normalized, project, blocked)
     except (OSError, ValueError) as error:
         problem = "refused", f"{normalized} cannot be checked ({error})"
     if problem is not None:
