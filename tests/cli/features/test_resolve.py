@@ -295,3 +295,45 @@ def test_a_feature_mounting_the_projects_git_directory_gets_no_mount(
     assert "git directory" in decisions[0].why
     assert "the project itself" in decisions[1].why
     assert [mount.target for mount in plan.mounts] == ["/src"]
+
+
+def test_a_local_feature_depending_on_a_local_one_installs_it_first(
+    tmp_path: Path, project: Path
+) -> None:
+    """As the CLI's configuration dependsOn-local-simple: ``./b`` is relative to the
+    devcontainer.json, needs no trust, and installs before ``./a`` with its options."""
+    folder = project / ".devcontainer"
+    make_feature(folder / "b", "b", options={"magic": {"type": "string", "default": "0"}})
+    a = make_feature(folder / "a", "a", dependsOn={"./b": {"magic": "50"}})
+    devcontainer = _devcontainer(project, Feature("./a", {}, True, "local", local_path=a))
+    plan = plan_features(_context(tmp_path, project), devcontainer)
+    assert [item.feature.id for item in plan.installs] == ["./b", "./a"]
+    assert plan.installs[0].environment["MAGIC"] == "50"
+    assert plan.installs[0].dependency
+
+
+def test_a_local_dependency_outside_the_devcontainer_folder_is_refused(
+    tmp_path: Path, project: Path
+) -> None:
+    make_feature(project / "elsewhere", "b")
+    a = make_feature(project / ".devcontainer" / "a", "a", dependsOn={"../elsewhere": {}})
+    devcontainer = _devcontainer(project, Feature("./a", {}, True, "local", local_path=a))
+    with pytest.raises(FeaturesError, match=r"depends on '\.\./elsewhere'.*must be a folder"):
+        plan_features(_context(tmp_path, project), devcontainer)
+
+
+def test_an_untrusted_dependency_fails_a_start_and_a_dry_run_shows_it_refused(
+    tmp_path: Path, project: Path
+) -> None:
+    a = make_feature(project / ".devcontainer" / "a", "a", dependsOn={"ghcr.io/someone/x/b:1": {}})
+    devcontainer = _devcontainer(project, Feature("./a", {}, True, "local", local_path=a))
+    with pytest.raises(FeaturesError, match="whose source nobody trusted"):
+        plan_features(_context(tmp_path, project), devcontainer)
+    plan = plan_features(_context(tmp_path, project), devcontainer, dry_run=True)
+    shown = {item.feature.id: item for item in plan.installs}
+    assert shown["./a"].resolved is not None
+    refused = shown["ghcr.io/someone/x/b:1"]
+    assert refused.resolved is None
+    assert not refused.feature.trusted
+    assert "whose source nobody trusted" in refused.notes[0]
+    assert not plan.complete

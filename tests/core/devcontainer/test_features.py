@@ -250,6 +250,18 @@ def test_feature_order_must_be_strings(workspace: Workspace) -> None:
         workspace.load('{"image": "debian", "overrideFeatureInstallOrder": [1]}')
 
 
+def test_a_tarball_url_in_the_order_is_ignored_saying_why(workspace: Workspace) -> None:
+    """Its Feature is refused, so the entry names nothing installed (the CLI's own test
+    configuration overrideFeatureInstallOrder-image-with-v2 has one)."""
+    url = "https://example.com/devcontainer-feature-x.tgz"
+    document = {"image": "debian", "overrideFeatureInstallOrder": ["./tools", url]}
+    loaded = workspace.load(json.dumps(document))
+    assert loaded.override_feature_order == ("./tools", url)
+    found = {item.field: item for item in loaded.overrides}
+    assert found["overrideFeatureInstallOrder[1]"].outcome == "ignored"
+    assert "names no Feature Cloister installs" in found["overrideFeatureInstallOrder[1]"].why
+
+
 def test_at_most_a_hundred_features_are_read(workspace: Workspace) -> None:
     hundred: dict[str, object] = {f"./f{index}": {} for index in range(100)}
     loaded = workspace.load(json.dumps({"image": "debian", "features": hundred}))

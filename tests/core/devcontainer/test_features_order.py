@@ -252,6 +252,8 @@ def test_a_dependency_that_is_no_reference_is_an_error() -> None:
     assert str(caught.value).startswith("ghcr.io/x/f/a:1 devcontainer-feature.json")
 
 
-def test_an_override_entry_that_is_no_reference_is_an_error() -> None:
-    with pytest.raises(FeatureError, match=r"overrideFeatureInstallOrder\[0\] 'node'"):
-        install_order([_oci("ghcr.io/x/f/a:1", "1")], ["node"], where="devcontainer.json")
+def test_an_override_entry_that_is_no_reference_orders_nothing() -> None:
+    """The loader says why it is ignored (a retired short name, a tarball URL)."""
+    features = [_oci("ghcr.io/x/f/b:1", "2"), _oci("ghcr.io/x/f/a:1", "1")]
+    ordered = install_order(features, ["node"], where="devcontainer.json")
+    assert [item.feature.id for item in ordered] == ["ghcr.io/x/f/a:1", "ghcr.io/x/f/b:1"]

@@ -18,6 +18,23 @@ def test_comments_and_trailing_commas() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A comma before a commented-out entry holding a closing bracket is no trailing
+        # comma (the official templates comment out `"features": {}` this way).
+        ('{"a": 1,\n  // "b": {},\n  "c": 2}', {"a": 1, "c": 2}),
+        ('{"a": 1,\n  // "b": [1]\n  "c": [2]}', {"a": 1, "c": [2]}),
+        ('{"a": 1, // x }\n /* } */ }', {"a": 1}),
+        ('{"a": [1, /* ] */ ], }', {"a": [1]}),
+    ],
+)
+def test_a_closing_bracket_in_a_comment_does_not_make_a_comma_trailing(
+    text: str, expected: object
+) -> None:
+    assert parse_jsonc(text, PATH) == expected
+
+
+@pytest.mark.parametrize(
     ("text", "where", "message"),
     [
         ('{\n  "image": "debian"\n  "name": "x"\n}\n', ":3:3:", "unexpected '\"'"),

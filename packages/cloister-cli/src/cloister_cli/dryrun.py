@@ -350,7 +350,7 @@ def render(preview: Preview) -> str:
 
 def _feature_state(item: Installed) -> str:
     if item.resolved is None:
-        return "not fetched"
+        return "not fetched" if item.feature.trusted else "refused"
     if item.feature.kind == "local":
         return "local"
     # A dry run may fetch (on the host): what it fetched is in the cache for the start.

@@ -26,7 +26,13 @@ from cloister_cli.projectimages.model import Entry, ProjectImageError
 from cloister_core import beneath
 from cloister_core.devcontainer import Devcontainer, Feature, MountSpec, Override
 from cloister_core.devcontainer.blocked import BlockedPaths
-from cloister_core.devcontainer.features import is_trusted
+from cloister_core.devcontainer.featuremeta import OptionValue
+from cloister_core.devcontainer.features import (
+    FeatureIdError,
+    is_local_id,
+    is_trusted,
+    resolve_local_feature,
+)
 from cloister_core.devcontainer.featureset import (
     FeatureError,
     FeatureMetadata,
@@ -123,7 +129,9 @@ def plan_features(
     own = client is None
     client = client or Client()
     try:
-        resolver = _Resolver(context, lock, client, dry_run=dry_run)
+        resolver = _Resolver(
+            context, lock, client, devcontainer_path=devcontainer.path, dry_run=dry_run
+        )
         items = [resolver.one(feature) for feature in devcontainer.features]
         items += resolver.dependencies(items)
     finally:
@@ -134,7 +142,11 @@ def plan_features(
     try:
         ordered = install_order(resolved, devcontainer.override_feature_order)
     except FeatureError as error:
-        raise FeaturesError(str(error)) from None
+        if not dry_run or len(resolved) == len(items):
+            raise FeaturesError(str(error)) from None
+        # A dry run missing a dependency (not fetched, refused) cannot order the ones
+        # that need it: listed as written, the missing one says why.
+        ordered = resolved
     installs: list[Installed] = []
     variables = Variables(
         environ=context.environ,
@@ -224,16 +236,25 @@ def local_digest(entries: Sequence[Entry]) -> str:
 
 
 class _Resolver:
-    def __init__(self, context: Context, lock: LockFile, client: Client, *, dry_run: bool):
+    def __init__(
+        self,
+        context: Context,
+        lock: LockFile,
+        client: Client,
+        *,
+        devcontainer_path: Path,
+        dry_run: bool,
+    ):
         self.context = context
         self.lock = lock
         self.client = client
+        self.devcontainer_path = devcontainer_path  # what a local dependsOn is relative to
         self.dry_run = dry_run
         self.new_entries: dict[str, LockEntry] = {}
 
     def one(self, feature: Feature, *, dependency: bool = False) -> Installed:
         if feature.kind == "local":
-            return self._local(feature)
+            return replace(self._local(feature), dependency=dependency)
         try:
             if not feature.trusted:  # a start stopped on it already (check_refused)
                 raise FeaturesError(f"Feature {printable(feature.id)!r}: nobody trusted its source")
@@ -258,27 +279,55 @@ class _Resolver:
     def dependencies(self, items: list[Installed]) -> list[Installed]:
         """The Features ``dependsOn`` adds (and theirs), fetched like the others."""
         added: list[Installed] = []
+        given_up: set[str] = set()  # a dry run's unfetched ones: shown once, not asked again
         while True:
             known = [item.resolved for item in (*items, *added) if item.resolved is not None]
-            missing = missing_dependencies(known)
+            try:
+                missing = [
+                    (feature_id, options)
+                    for feature_id, options in missing_dependencies(known)
+                    if feature_id not in given_up
+                ]
+            except FeatureError as error:
+                raise FeaturesError(str(error)) from None
             if not missing:
                 return added
             if len(items) + len(added) + len(missing) > MAX_FEATURES:
                 raise FeaturesError(f"more than {MAX_FEATURES} Features with their dependsOn")
             for feature_id, options in missing:
-                trusted = is_trusted(feature_id, self.context.trusted)
-                if not trusted:
-                    raise FeaturesError(
-                        f"a Feature depends on {printable(feature_id)!r}, whose source nobody"
-                        " trusted: trust it in config.yaml (devcontainer.trusted_features),"
-                        " or use .devcontainer/cloister/devcontainer.json without it"
-                    )
-                feature = Feature(feature_id, dict(options), True, "oci")
-                item = self.one(feature, dependency=True)
-                if item.resolved is None:  # a dry run: shown as not fetched, not asked again
-                    added.append(item)
-                    return added
+                try:
+                    item = self.one(self.dependency(feature_id, options), dependency=True)
+                except FeaturesError as error:
+                    if not self.dry_run:
+                        raise
+                    # Shown like one that cannot be fetched: a dry run still plans.
+                    refused = Feature(feature_id, dict(options), False, "oci")
+                    why = (f"not installed: {printable(str(error))}",)
+                    item = Installed(None, refused, None, (), feature_id, False, {}, why, True)
+                if item.resolved is None:
+                    given_up.add(feature_id)
                 added.append(item)
+
+    def dependency(self, feature_id: str, options: Mapping[str, OptionValue]) -> Feature:
+        """The Feature a ``dependsOn`` entry names: a folder beside the others (relative
+        to the devcontainer.json, as the CLI takes it), or one from a trusted source."""
+        if is_local_id(feature_id):
+            try:
+                folder = resolve_local_feature(
+                    feature_id, self.devcontainer_path, self.context.project_root
+                )
+            except FeatureIdError as error:
+                raise FeaturesError(
+                    f"a Feature depends on {printable(feature_id)!r}: {error}"
+                ) from None
+            return Feature(feature_id, dict(options), True, "local", folder)
+        if not is_trusted(feature_id, self.context.trusted):
+            raise FeaturesError(
+                f"a Feature depends on {printable(feature_id)!r}, whose source nobody"
+                " trusted: trust it in config.yaml (devcontainer.trusted_features),"
+                " or use .devcontainer/cloister/devcontainer.json without it"
+            )
+        return Feature(feature_id, dict(options), True, "oci")
 
     def _local(self, feature: Feature) -> Installed:
         folder = feature.local_path

@@ -142,6 +142,9 @@ class BlockedPaths:
         forms = _forms(self.expand(source))
         exact = [rank for mine in forms for rank in self._by_form.get(mine, ())]
         if exact:
+            entry = self._entries[min(exact)]
+            if entry.shown == source:  # not "/var/run/docker.sock is /var/run/docker.sock (…)"
+                return f"{source} is {entry.what}"
             return f"{source} is {self._describe(min(exact))}"
         inside = [
             (-len(parent), rank)

@@ -280,9 +280,7 @@ def _prioritise(nodes: Sequence[_Node], override_order: Sequence[str], where: st
     for index, entry in enumerate(override_order):
         wanted = _soft_reference(entry)
         if wanted is None:
-            raise FeatureError(
-                where, f"overrideFeatureInstallOrder[{index}] {entry!r} is no Feature reference"
-            )
+            continue  # a tarball URL, say: the loader said why; it names nothing installed
         for node in nodes:
             if node.satisfies_soft(wanted):
                 node.priority = max(node.priority, total - index)

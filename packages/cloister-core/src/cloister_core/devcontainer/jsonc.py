@@ -37,7 +37,8 @@ _CLEAN = re.compile(
     r'|(?P<quote>")'  # a string not closed on its line
     r"|(?P<comment>//[^\n]*|/\*.*?\*/)"
     r"|(?P<open>/\*)"  # a block comment not closed
-    r"|(?P<comma>,)(?=(?:[ \t\r\n]|//[^\n]*|/\*.*?\*/)*[}\]])"  # a trailing comma
+    # A trailing comma; possessive, so a `}` inside a line comment never ends the look.
+    r"|(?P<comma>,)(?=(?:[ \t\r\n]++|//[^\n]*+|/\*.*?\*/)*+[}\]])"
     r"|(?P<bom>^\ufeff)",
     re.DOTALL,
 )

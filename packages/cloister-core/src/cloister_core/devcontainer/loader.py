@@ -636,6 +636,13 @@ class _Reader:
         self.feature_order = tuple(self.strings((key,), value))
         why = "these Features install as early as their dependencies allow, in this order"
         self.note((key,), value, "kept", why)
+        for index, entry in enumerate(self.feature_order):
+            if not is_local_id(entry):
+                try:
+                    parse_oci_reference(entry)
+                except FeatureIdError as error:
+                    why = f"it names no Feature Cloister installs: {error}"
+                    self.note((key, index), entry, "ignored", why)
 
     def feature_options(self, location: Location, options: object) -> dict[str, str | bool]:
         if options is True:
