@@ -456,6 +456,29 @@ def test_a_missing_devcontainer_image_says_how_to_get_it(
     assert engine.builds == []
 
 
+@pytest.mark.parametrize("where", ["image", "FROM"])
+def test_another_projects_own_image_is_refused(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path, where: str
+) -> None:
+    """It may hold that project's files (its Dockerfile's ``COPY . /src``): this
+    project's agent would read them. This project's own images stay usable."""
+    other = "cloister-project-secret:0123456789ab"
+    engine.add_image(other, labels={PROJECT_LABEL: "secret"})
+    engine.add_image("cloister-project-api:0123456789ab", labels={PROJECT_LABEL: PROJECT})
+    (project / ".cloister" / "Dockerfile").unlink()
+    folder = project / ".devcontainer"
+    if where == "image":
+        (folder / "devcontainer.json").write_text(json.dumps({"image": other}))
+    else:
+        (folder / "Dockerfile").write_text(f"FROM {other}\nRUN true\n")
+    with pytest.raises(ProjectImageError, match=r"is project 'secret'.s own image"):
+        plan(engine, paths, project, source)
+    (folder / "devcontainer.json").write_text(
+        json.dumps({"image": "cloister-project-api:0123456789ab"})
+    )
+    assert plan(engine, paths, project, source).steps[0].startswith("start from cloister-project")
+
+
 def test_a_linked_cloister_dockerfile_is_refused(
     engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path, tmp_path: Path
 ) -> None:

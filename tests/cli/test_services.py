@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cloister_cli import cloisters, dryrun, gc, ports, services
-from cloister_cli.projectimages.model import KEY_LABEL
+from cloister_cli.projectimages.model import KEY_LABEL, PROJECT_LABEL
 from cloister_core import stack
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.devcontainer.model import ComposeService, ImageSource, MountSpec
@@ -139,6 +139,14 @@ def test_a_service_that_exits_fails_with_its_last_lines(tmp_path: Path) -> None:
     plans = plans_for(engine, tmp_path, service())
     with pytest.raises(services.ServiceError, match=r"'db' exited .*FATAL: bad config"):
         services.start(engine.client, plans, cloister)  # type: ignore[arg-type]
+
+
+def test_another_projects_own_image_is_refused(tmp_path: Path) -> None:
+    """It may hold that project's files: a service of this one must not serve them."""
+    engine = FakeEngine()
+    engine.add_image("redis:local", labels={PROJECT_LABEL: "other"})
+    with pytest.raises(services.ServiceError, match="'db': image 'redis:local' is project 'oth"):
+        plans_for(engine, tmp_path, service())
 
 
 def test_an_image_not_on_this_machine_is_named_and_never_pulled(tmp_path: Path) -> None:

@@ -136,13 +136,15 @@ def service_tag(project: str, service: str, key: str) -> str:
     return f"{TAG_PREFIX}{validate_name(project, what='project')}-{service}:{key[:12]}"
 
 
-def _image_id(client: docker.DockerClient, name: str) -> str | None:
+def _image_id(client: docker.DockerClient, name: str, service: str, project: str) -> str | None:
+    """The image's ID, None if absent; never another project's own image (its files)."""
+    from cloister_cli.projectimages.model import ProjectImageError  # noqa: PLC0415
+    from cloister_cli.projectimages.plan import project_image_id  # noqa: PLC0415
+
     try:
-        return str(client.images.get(name).id)
-    except docker.errors.ImageNotFound:
-        return None
-    except docker.errors.APIError as error:
-        raise ServiceError(f"image {printable(name)!r}: {error.explanation or error}") from None
+        return project_image_id(client, name, project)
+    except ProjectImageError as error:
+        raise ServiceError(f"compose service {service!r}: {error}") from None
 
 
 def plan_image(
@@ -156,7 +158,7 @@ def plan_image(
     source = service.source
     if source.kind == "image":
         name = source.image or ""
-        if _image_id(client, name) is None:
+        if _image_id(client, name, service.name, project) is None:
             raise ServiceError(
                 f"compose service {service.name!r}: image {printable(name)!r} is not on this"
                 f" machine and Cloister pulls nothing: `docker pull {printable(name)}`, or"
@@ -185,7 +187,9 @@ def plan_image(
     for entry in entries:
         add(entry.kind, entry.name, f"{entry.mode:o}", entry.digest)
     for reference in from_images(text.decode("utf-8", "replace"), args):
-        found = _image_id(client, reference) if "$" not in reference else None
+        found = (
+            _image_id(client, reference, service.name, project) if "$" not in reference else None
+        )
         if found is None:  # the classic builder would pull it: Cloister pulls nothing
             raise ServiceError(
                 f"compose service {service.name!r}: FROM {printable(reference)} is not on"

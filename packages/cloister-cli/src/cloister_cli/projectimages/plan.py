@@ -25,6 +25,7 @@ from cloister_cli.projectimages.model import (
     HOSTEXEC_SOURCE,
     KEY_LABEL,
     PROJECT_DOCKERFILE,
+    PROJECT_LABEL,
     RECIPE_VERSION,
     Build,
     Entry,
@@ -108,7 +109,13 @@ def plan_project_image(
         base: str | None = base_image
     else:
         start = _plan_devcontainer(
-            client, root, devcontainer=devcontainer, digest=digest, steps=steps, builds=builds
+            client,
+            root,
+            project=project,
+            devcontainer=devcontainer,
+            digest=digest,
+            steps=steps,
+            builds=builds,
         )
         # The cloister layer before the Features: the same on the same image with or
         # without them, so Docker's cache has it when Features are added or changed.
@@ -205,6 +212,7 @@ def _plan_devcontainer(
     client: docker.DockerClient,
     root: Path,
     *,
+    project: str,
     devcontainer: Devcontainer,
     digest: _Digest,
     steps: list[str],
@@ -215,7 +223,7 @@ def _plan_devcontainer(
     image_source = devcontainer.source
     if image_source.kind == "image":
         name = image_source.image or ""
-        found = _image_id(client, name)
+        found = _image_id(client, name, project)
         if found is None:
             raise ProjectImageError(
                 f"image {printable(name)!r} (devcontainer.json `image`) is not on this machine"
@@ -235,7 +243,7 @@ def _plan_devcontainer(
     digest.add("target", image_source.target or "")
     parents = []
     for reference in from_images(text.decode("utf-8", "replace"), args):
-        found = _image_id(client, reference) if "$" not in reference else None
+        found = _image_id(client, reference, project) if "$" not in reference else None
         if found is None:
             # The classic builder would pull it (with the network): Cloister pulls nothing.
             raise ProjectImageError(
@@ -328,16 +336,30 @@ def _project_dockerfile(root: Path) -> Path | None:
     return path
 
 
-def _image_id(client: docker.DockerClient, name: str) -> str | None:
+def _image_id(client: docker.DockerClient, name: str, project: str | None = None) -> str | None:
+    """The ID of the image *name*, None if it is not on this machine. With *project*,
+    another project's own image is refused: it may hold that project's files (a
+    Dockerfile's ``COPY . /src``), which this project's agent must not read."""
     try:
-        found = client.images.get(name).id
+        image = client.images.get(name)
     except docker.errors.ImageNotFound:
         return None
     except docker.errors.APIError as error:
         raise ProjectImageError(
             f"image {printable(name)!r}: {printable(str(error.explanation or error))}"
         ) from None
-    return str(found) if found else None
+    owner = (image.labels or {}).get(PROJECT_LABEL)
+    if project is not None and owner is not None and owner != project:
+        raise ProjectImageError(
+            f"image {printable(name)!r} is project {printable(owner)!r}'s own image, which"
+            f" may hold its files: project {project!r} cannot start from it"
+        )
+    return str(image.id) if image.id else None
+
+
+def project_image_id(client: docker.DockerClient, name: str, project: str) -> str | None:
+    """:func:`_image_id` for another module (compose services start from images too)."""
+    return _image_id(client, name, project)
 
 
 def _image_user(client: docker.DockerClient, image: str) -> str:
