@@ -254,3 +254,20 @@ def test_a_missing_path_is_fine(tmp_path: Path) -> None:
     file.write_text("x", encoding="utf-8")
     beneath.remove_tree(file)
     assert not file.exists()
+
+
+def test_a_bounded_read_refuses_what_is_no_small_regular_file(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.write_bytes(b"12345")
+    assert beneath.read_file_bounded(small, 5) == b"12345"
+    with pytest.raises(beneath.TooLargeError):
+        beneath.read_file_bounded(small, 4)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(beneath.NotRegularError):  # opened without blocking: no hang
+        beneath.read_file_bounded(fifo, 5)
+    link = tmp_path / "link"
+    link.symlink_to(small)
+    assert beneath.read_file_bounded(link, 5) == b"12345"
+    with pytest.raises(OSError, match="Too many levels"):
+        beneath.read_file_bounded(link, 5, follow_links=False)

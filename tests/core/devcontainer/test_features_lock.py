@@ -138,5 +138,5 @@ def test_a_link_or_a_fifo_is_not_read(tmp_path: Path) -> None:
 def test_an_oversized_lock_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "devcontainer-lock.json"
     path.write_text('{"features": {}, "pad": "' + "a" * (1024 * 1024) + '"}')
-    with pytest.raises(FeatureError, match="over 1048576 bytes"):
+    with pytest.raises(FeatureError, match="the lock file over 1 MiB is refused"):
         read_lock(path)

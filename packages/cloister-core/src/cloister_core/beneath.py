@@ -146,6 +146,38 @@ def read_regular_bytes(root: Path, relative: str, limit: int) -> bytes | None:
         return None
 
 
+class NotRegularError(OSError):
+    """What :func:`read_file_bounded` opened is no regular file (a FIFO, a directory)."""
+
+
+class TooLargeError(OSError):
+    """The file holds more than :func:`read_file_bounded` was allowed to read."""
+
+
+def read_file_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
+    """The content of *path*, a regular file of at most *limit* bytes: the one read of a
+    file the agent may have written, by its path (:func:`read_regular_bytes` reads one
+    beneath a root). Opened without blocking (a planted FIFO must not hang the host);
+    raises :class:`OSError` (ELOOP for a link when not *follow_links*),
+    :class:`NotRegularError` or :class:`TooLargeError`."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    descriptor = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise NotRegularError(f"{path} is not a regular file")
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(descriptor, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise TooLargeError(f"{path} is over {limit} bytes")
+    return data
+
+
 def proc_path(fd: int, name: str) -> Path:
     """A path naming *name* in the directory *fd* without a walk through links
     (``/proc/self/fd``), for the tools that take only paths."""

@@ -22,9 +22,7 @@ whose name looks like a secret (:func:`~cloister_core.devcontainer.variables.loo
 from __future__ import annotations
 
 import io
-import os
 import re
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ from ruamel.yaml.nodes import Node as YamlNode
 
 from cloister_core.config.yamlerrors import yaml_problem
 from cloister_core.devcontainer.model import DevcontainerError
+from cloister_core.devcontainer.reading import read_agent_text
 from cloister_core.devcontainer.variables import looks_secret
 
 MAX_FILE_SIZE = 256 * 1024
@@ -86,32 +85,7 @@ def read_bounded(path: Path, what: str) -> str:
 
     Opened without blocking (a FIFO the agent planted must not hang the host).
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        descriptor = os.open(path, flags)
-    except OSError as error:
-        raise DevcontainerError(path, f"cannot read {what}: {error.strerror or error}") from None
-    too_big = f"{what} over {MAX_FILE_SIZE // 1024} KiB is refused"
-    try:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise DevcontainerError(path, f"{what} is not a regular file")
-        chunks: list[bytes] = []
-        left = MAX_FILE_SIZE + 1
-        while left > 0 and (chunk := os.read(descriptor, left)):
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as error:
-        raise DevcontainerError(path, f"cannot read {what}: {error.strerror or error}") from None
-    finally:
-        os.close(descriptor)
-    data = b"".join(chunks)
-    if len(data) > MAX_FILE_SIZE:
-        raise DevcontainerError(path, f"it is over {MAX_FILE_SIZE} bytes; {too_big}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise DevcontainerError(path, f"cannot read {what}: {error}") from None
+    return read_agent_text(path, MAX_FILE_SIZE, what, DevcontainerError)
 
 
 # --- YAML → nodes -----------------------------------------------------------------------

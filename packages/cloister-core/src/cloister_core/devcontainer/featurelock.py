@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from cloister_core.devcontainer.featuremeta import FeatureError
 from cloister_core.devcontainer.featureorder import collation_key
 from cloister_core.devcontainer.jsonc import Location, parse_located
 from cloister_core.devcontainer.model import DevcontainerError
+from cloister_core.devcontainer.reading import read_agent_text
 
 MAX_LOCK_SIZE = 1024 * 1024
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -75,26 +75,9 @@ def lock_path_for(devcontainer_path: Path) -> Path:
 
 def _read(path: Path) -> str | None:
     """The file's text (None if there is none); a link or a non-regular file is an error."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        descriptor = os.open(path, flags)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as error:
-        problem = "it is a symbolic link" if path.is_symlink() else error.strerror or str(error)
-        raise FeatureError(path, f"cannot read the lock file: {problem}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise FeatureError(path, "the lock file is not a regular file")
-        data = os.read(descriptor, MAX_LOCK_SIZE + 1)
-    finally:
-        os.close(descriptor)
-    if len(data) > MAX_LOCK_SIZE:
-        raise FeatureError(path, f"the lock file is over {MAX_LOCK_SIZE} bytes: refused")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise FeatureError(path, f"cannot read the lock file: {error}") from None
+    return read_agent_text(path, MAX_LOCK_SIZE, "the lock file", FeatureError, follow_links=False)
 
 
 def read_lock(path: Path) -> LockFile:

@@ -11,9 +11,7 @@ outside the project) is dropped or refused, and each decision is an
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
@@ -52,6 +50,7 @@ from cloister_core.devcontainer.mounts import (
     parse_mount_object,
     parse_mount_string,
 )
+from cloister_core.devcontainer.reading import read_agent_text
 from cloister_core.devcontainer.runargs import cap_add, check_run_args, security_opt
 from cloister_core.devcontainer.variables import Variables, devcontainer_id, secret_reason
 from cloister_core.printable import printable
@@ -132,34 +131,7 @@ def find_devcontainer(project_root: Path, explicit: Path | None = None) -> Path 
 
 def _read_text(path: Path) -> str:
     """The file's text: a regular file of at most :data:`MAX_SIZE` bytes, in UTF-8."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        descriptor = os.open(path, flags)
-    except OSError as error:
-        raise DevcontainerError(path, f"cannot read file: {error.strerror or error}") from None
-    too_big = f"a devcontainer.json over {MAX_SIZE // (1024 * 1024)} MiB is refused"
-    try:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise DevcontainerError(path, "not a regular file")
-        if status.st_size > MAX_SIZE:
-            raise DevcontainerError(path, f"it is {status.st_size} bytes; {too_big}")
-        chunks: list[bytes] = []
-        left = MAX_SIZE + 1
-        while left > 0 and (chunk := os.read(descriptor, left)):
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as error:
-        raise DevcontainerError(path, f"cannot read file: {error.strerror or error}") from None
-    finally:
-        os.close(descriptor)
-    data = b"".join(chunks)
-    if len(data) > MAX_SIZE:
-        raise DevcontainerError(path, f"it is over {MAX_SIZE} bytes; {too_big}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise DevcontainerError(path, f"cannot read file: {error}") from None
+    return read_agent_text(path, MAX_SIZE, "a devcontainer.json", DevcontainerError)
 
 
 def _nul_location(document: object) -> Location | None:
