@@ -110,7 +110,7 @@ def cases(program: str) -> list[Case]:
 
 def containers_baseline(root: Path) -> Callable[[], object]:
     """What ``cloister list`` asks the engine, from a process that has imported it all."""
-    from cloister_cli import listing  # noqa: PLC0415 - after the environment is set
+    from cloister_cli.container import listing  # noqa: PLC0415 - after the environment is set
     from cloister_core import stack  # noqa: PLC0415
     from cloister_core.paths import CloisterPaths  # noqa: PLC0415
 
@@ -122,7 +122,7 @@ def images_baseline(root: Path) -> Callable[[], object]:
     """What ``cloister images list`` asks the engine: the SDK's client, ping, listings."""
     import docker  # noqa: PLC0415
 
-    from cloister_cli import projectimages  # noqa: PLC0415
+    from cloister_cli.images import projectimages  # noqa: PLC0415
     from cloister_core.paths import CloisterPaths  # noqa: PLC0415
 
     paths = CloisterPaths(root / "config", root / "data")

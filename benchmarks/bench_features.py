@@ -35,12 +35,12 @@ import docker
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the fake registry lives with the tests that use it
 
-from tests.cli.features.conftest import make_feature  # noqa: E402
+from tests.cli.images.features.conftest import make_feature  # noqa: E402
 from tests.registry import FakeRegistry  # noqa: E402
 
-from cloister_cli import projectimages  # noqa: E402
-from cloister_cli.features.resolve import Context, plan_features, write_lock  # noqa: E402
-from cloister_cli.projectimages import PROJECT_LABEL  # noqa: E402
+from cloister_cli.images import projectimages  # noqa: E402
+from cloister_cli.images.features.resolve import Context, plan_features, write_lock  # noqa: E402
+from cloister_cli.images.projectimages import PROJECT_LABEL  # noqa: E402
 from cloister_core.devcontainer import Devcontainer, load_devcontainer  # noqa: E402
 from cloister_core.paths import CloisterPaths  # noqa: E402
 

@@ -3,7 +3,7 @@
 Builds the repository of ``bench_snapshot.py`` (10,000 commits and about 200 MB of
 objects, one pack, a 1,000-file work tree with uncommitted changes), then measures:
 
-* **start**: :func:`cloister_cli.gitdirs.create` as ``cloister start`` calls it (the
+* **start**: :func:`cloister_cli.repo.gitdirs.create` as ``cloister start`` calls it (the
   cloister's ``HEAD``, refs, index, config and alternates, made from the human's files),
   over --runs runs; and the disk it takes (``du``: the blocks, nothing shared). Targets:
   at most 100 ms and 1 MB. Compared with what a copy of the repository would cost
@@ -41,14 +41,14 @@ import docker
 
 from bench_snapshot import build
 from benchsupport import executable
-from cloister_cli import gitdirs
-from cloister_cli.images import (
+from cloister_cli.images.builds import (
     GIT_IMAGE,
     assemble_context,
     build_image,
     is_current,
     source_fingerprint,
 )
+from cloister_cli.repo import gitdirs
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository

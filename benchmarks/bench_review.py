@@ -3,7 +3,7 @@
 Builds, in a temporary directory, a repository with 10,000 committed files spread
 over 500 directories and 20 nested repositories, 10 of them with a config that runs
 code (``core.fsmonitor``, a ``!`` alias…), 5 of those gitlinked in the index; then
-times :func:`cloister_cli.review.review` (one warm-up, not timed, then 20 runs).
+times :func:`cloister_cli.session.review.review` (one warm-up, not timed, then 20 runs).
 Target: at most 1 s per review (it runs on every ``cloister stop``).
 
 Git runs hermetically (no global or system config) and hardened, like every git call
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchsupport import BenchError, summary
-from cloister_cli.review import ReviewTarget, review
+from cloister_cli.session.review import ReviewTarget, review
 from cloister_core.gitsafety import git_environment
 
 TARGET_SECONDS = 1.0

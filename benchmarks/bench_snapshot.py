@@ -3,7 +3,7 @@
 Builds a repository of 10,000 commits and about 200 MB of objects (random, so nothing
 compresses; with ``git fast-import``, one pack, as a clone has) with a 1,000-file work
 tree, 20 modified tracked files and 20 untracked ones, then measures
-:func:`cloister_cli.snapshots.take` as ``cloister start`` calls it:
+:func:`cloister_cli.session.snapshots.take` as ``cloister start`` calls it:
 
 * ``first``: into an empty data directory (the project's first start);
 * ``again``: the next starts (the pool has the packs; new loose objects only);
@@ -42,7 +42,7 @@ from typing import Any
 
 from bench_cli import Cli, bench_cloister_start, cleanup
 from benchsupport import executable, free_port
-from cloister_cli.snapshots import Target, take
+from cloister_cli.session.snapshots import Target, take
 from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
 

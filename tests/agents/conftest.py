@@ -8,8 +8,8 @@ import docker
 import docker.errors
 import pytest
 
-from cloister_cli.images import SLIM_AGENT_IMAGE, assemble_context, build_image
-from cloister_cli.workspace import find_workspace
+from cloister_cli.images.builds import SLIM_AGENT_IMAGE, assemble_context, build_image
+from cloister_cli.images.sourcetree import find_workspace
 from tests.agents.agent_images import (
     DEFAULT_BASE,
     AgentVersions,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
-from cloister_cli.hub_client import HubClient
+from cloister_cli.stack.hub_client import HubClient
 from cloister_core.hubauth import revoke_sessions
 from cloister_core.paths import CloisterPaths
 from tests.approval.browser_support import (

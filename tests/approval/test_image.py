@@ -11,8 +11,8 @@ import docker
 import httpx
 import pytest
 
-from cloister_cli.images import APPROVAL_IMAGE, assemble_context, build_image
-from cloister_cli.workspace import find_workspace
+from cloister_cli.images.builds import APPROVAL_IMAGE, assemble_context, build_image
+from cloister_cli.images.sourcetree import find_workspace
 from tests.waiting import free_port
 
 pytestmark = pytest.mark.docker

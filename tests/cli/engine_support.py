@@ -2,7 +2,7 @@
 
 ``GET /containers/json`` answers the containers of a :class:`tests.fake_engine.FakeEngine`
 that ``all`` and the ``label`` filter select, ``GET /containers/{id}/json`` their inspect
-document; every request is recorded. Enough for :mod:`cloister_cli.listing` and what
+document; every request is recorded. Enough for :mod:`cloister_cli.container.listing` and what
 uses it, with no engine.
 """
 

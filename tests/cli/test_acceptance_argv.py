@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 import pytest
 
-from cloister_cli.hub_client import HubClient, hub_secret_path
+from cloister_cli.stack.hub_client import HubClient, hub_secret_path
 from cloister_core.paths import CloisterPaths
 from cloister_executor.locations import secret_path
 from tests.cli.cli_support import (

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 import pytest
 
-from cloister_cli import devoverrides
+from cloister_cli.container import devoverrides
 from tests import terminal
 from tests.cli.cli_support import (
     BASE_IMAGE,

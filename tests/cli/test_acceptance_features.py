@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import docker
 import pytest
 
-from cloister_cli.projectimages import PROJECT_LABEL
+from cloister_cli.images.projectimages import PROJECT_LABEL
 from tests.cli.cli_support import (
     BASE_IMAGE,
     SLIM_IMAGE,
@@ -33,7 +33,7 @@ from tests.cli.cli_support import (
     squash,
     unique,
 )
-from tests.cli.features.conftest import make_feature
+from tests.cli.images.features.conftest import make_feature
 from tests.registry import FakeRegistry
 
 if TYPE_CHECKING:

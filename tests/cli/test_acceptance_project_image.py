@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import docker
 import pytest
 
-from cloister_cli.projectimages import PROJECT_LABEL
+from cloister_cli.images.projectimages import PROJECT_LABEL
 from tests.cli.cli_support import (
     SLIM_IMAGE,
     CloisterCli,

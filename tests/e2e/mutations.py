@@ -57,7 +57,7 @@ MUTATIONS = (
     ),
     Mutation(
         "internal-network",
-        "packages/cloister-cli/src/cloister_cli/networks.py",
+        "packages/cloister-cli/src/cloister_cli/container/networks.py",
         "                internal=True,\n",
         "                internal=False,  # MUTATION\n",
         (
@@ -74,7 +74,7 @@ MUTATIONS = (
     ),
     Mutation(
         "protected-paths",
-        "packages/cloister-cli/src/cloister_cli/gitmounts.py",
+        "packages/cloister-cli/src/cloister_cli/repo/gitmounts.py",
         "        self.plan.mounts.append(bind(path, self.container_path(path), read_only=True))\n",
         "        self.plan.mounts.append(bind(path, self.container_path(path), read_only=False))"
         "  # MUTATION\n",

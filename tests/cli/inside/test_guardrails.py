@@ -15,16 +15,10 @@ import docker.errors
 import pytest
 from docker.types import Mount
 
-from cloister_cli import (
-    cloisters,
-    dryrun,
-    gitmounts,
-    previewing,
-    projectimages,
-    starting,
-)
-from cloister_cli.cloisters import ContainerPlan, Extras, Forbidden, Workspace
+from cloister_cli.container import cloisters
+from cloister_cli.container.cloisters import ContainerPlan, Extras, Forbidden, Workspace
 from cloister_cli.context import Context
+from cloister_cli.images import projectimages
 from cloister_cli.inside import guardrails as guardrails_module
 from cloister_cli.inside.guardrails import (
     BIN,
@@ -38,7 +32,9 @@ from cloister_cli.inside.guardrails import (
     GuardrailsError,
     guardrails_for,
 )
-from cloister_cli.projects import Project
+from cloister_cli.repo import gitmounts
+from cloister_cli.repo.projects import Project
+from cloister_cli.start import dryrun, previewing, starting
 from cloister_core.config.models import DefaultsConfig, GitGuardrailsConfig, GlobalConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository

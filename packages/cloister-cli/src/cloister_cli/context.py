@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cloister_cli import listing
-from cloister_cli.workspace import SourceTreeError, source_tree
+from cloister_cli.container import listing
+from cloister_cli.images.sourcetree import SourceTreeError, source_tree
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
 
 if TYPE_CHECKING:
     import docker
 
-    from cloister_cli.guardian import Guardian
-    from cloister_cli.hub_client import HubClient
+    from cloister_cli.stack.guardian import Guardian
+    from cloister_cli.stack.hub_client import HubClient
     from cloister_core.config.models import GlobalConfig
     from cloister_executor.gitsync import Syncer
 
@@ -70,7 +70,7 @@ class Context:
 
     @functools.cached_property
     def guardian(self) -> Guardian:
-        from cloister_cli.guardian import Guardian  # noqa: PLC0415 - see the module docstring
+        from cloister_cli.stack.guardian import Guardian  # noqa: PLC0415 - see the module docstring
 
         return Guardian(self.paths, self.config, self.docker, self.source, self.instance)
 
@@ -81,7 +81,7 @@ class Context:
 
     def hub_at(self, base_url: str | None) -> HubClient:
         """The approval hub at *base_url* (None: this machine's), with this machine's secret."""
-        from cloister_cli.hub_client import HubClient  # noqa: PLC0415 - see the module docstring
+        from cloister_cli.stack.hub_client import HubClient  # noqa: PLC0415 - see the module docstring
 
         return HubClient.for_machine(self.paths, self.config.guardian.ui_port, base_url)
 

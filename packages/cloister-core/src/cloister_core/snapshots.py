@@ -11,7 +11,7 @@
   and the pool files it needs. A pool file no kept record names is removed.
 
 This module is the file format and the expiry rule; taking and restoring are the
-CLI's (``cloister_cli.snapshots``).
+CLI's (``cloister_cli.session.snapshots``).
 """
 
 from __future__ import annotations

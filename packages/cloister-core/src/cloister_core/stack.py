@@ -81,7 +81,7 @@ LABEL_FORWARD_CONTAINER = "org.cloister.forward.container"  # the cloister conta
 LABEL_FORWARD_SERVICE = "org.cloister.forward.service"  # the compose service, when not the cloister
 
 # A compose devcontainer's other services (`runServices`), each a container beside its
-# cloister (cloister_cli.services); like a forwarder, never carrying LABEL_CLOISTER.
+# cloister (cloister_cli.container.services); like a forwarder, never carrying LABEL_CLOISTER.
 LABEL_SERVICE_OF = "org.cloister.service-of"  # the cloister it runs beside
 LABEL_SERVICE = "org.cloister.service"  # its name in the compose file
 LABEL_SERVICE_CONTAINER = "org.cloister.service.container"  # the cloister container's id

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from cloister_cli.review import jsonc
+from cloister_cli.session.review import jsonc
 from cloister_core.credentials import GATEWAY_METHODS, Method
 from cloister_core.errors import CloisterError
 

@@ -14,7 +14,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import console, print_json, warn
 from cloister_cli.context import Context
 from cloister_core.printable import printable

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cloister_cli import completion_sources, listing
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import (
     build_progress,
     confirm_shape,
@@ -26,15 +26,16 @@ from cloister_cli.commands.output import (
     print_json,
     warn,
 )
+from cloister_cli.container import listing
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
-    from cloister_cli.lifecycle import LostGitDir, StopOutcome
-    from cloister_cli.starting import StartOptions as LifecycleOptions
-    from cloister_cli.starting import StartOutcome
+    from cloister_cli.session.lifecycle import LostGitDir, StopOutcome
+    from cloister_cli.start.starting import StartOptions as LifecycleOptions
+    from cloister_cli.start.starting import StartOutcome
     from cloister_core.devcontainer import Devcontainer
 
 
@@ -112,7 +113,8 @@ def start(
       cloister start -d --json | jq -r '.stand_ins[]'
       cloister start -d --yes --devcontainer .devcontainer/ci
     """
-    from cloister_cli import agentstate, starting  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.agents import agentstate  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.start import starting  # noqa: PLC0415 - see the module docstring
 
     if as_json and not (dry_run or detach):
         raise click.UsageError("--json goes with --dry-run or -d")
@@ -225,7 +227,7 @@ def _show_overrides(devcontainer: Devcontainer) -> None:
 
 
 def _dry_run(context: Context, options: LifecycleOptions, *, as_json: bool) -> None:
-    from cloister_cli import dryrun, previewing  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.start import dryrun, previewing  # noqa: PLC0415 - see the module docstring
 
     preview = previewing.preview(context, Path.cwd(), options)
     if as_json:
@@ -237,7 +239,7 @@ def _dry_run(context: Context, options: LifecycleOptions, *, as_json: bool) -> N
 def _lifecycle(context: Context, outcome: StartOutcome, when: str) -> None:
     """Run the devcontainer's lifecycle commands of *when* inside the cloister; a failure
     is a warning (the cloister stays up)."""
-    from cloister_cli import devlifecycle  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.start import devlifecycle  # noqa: PLC0415 - see the module docstring
 
     devcontainer = outcome.devcontainer
     if devcontainer is None or not devcontainer.lifecycle:
@@ -301,7 +303,7 @@ def path_command(context: Context, name: str) -> None:
       cloister path my-api
       cd "$(cloister path my-api-feature-login)"
     """
-    from cloister_cli import cloisters  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.container import cloisters  # noqa: PLC0415 - see the module docstring
 
     container = cloisters.find(context.docker, context.instance, name)
     if container is None:
@@ -325,8 +327,8 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
       cloister stop my-api-feature-login
       cloister stop --all
     """
-    from cloister_cli import lifecycle  # noqa: PLC0415 - see the module docstring
     from cloister_cli.commands.review import print_report  # noqa: PLC0415
+    from cloister_cli.session import lifecycle  # noqa: PLC0415 - see the module docstring
 
     if stop_all and name:
         raise click.UsageError("give a NAME or --all, not both")
@@ -446,7 +448,7 @@ def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) 
       cloister exec my-api -w src -- ls
       cloister start -d --agent claude && cloister exec -- claude -p "fix the build"
     """
-    from cloister_cli import lifecycle  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.session import lifecycle  # noqa: PLC0415 - see the module docstring
 
     command: list[str] | None = click.get_current_context().meta.get("exec.command")
     if command is None:  # docker's form: NAME COMMAND...

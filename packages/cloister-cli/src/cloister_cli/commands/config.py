@@ -74,8 +74,8 @@ def _ref_errors(obj: CliContext, report: CheckReport) -> list[ConfigError]:
     if report.project_config is None or project_file is None or not report.project_config.refs:
         return []
     # cloisters imports the docker SDK: only a project with refs needs it.
-    from cloister_cli.cloisters import Forbidden  # noqa: PLC0415
-    from cloister_cli.refs import ref_problems  # noqa: PLC0415
+    from cloister_cli.container.cloisters import Forbidden  # noqa: PLC0415
+    from cloister_cli.repo.refs import ref_problems  # noqa: PLC0415
 
     root = report.project_config.root
     problems = ref_problems(
@@ -121,7 +121,7 @@ def config_check(obj: CliContext, project: str | None, strict: bool, as_json: bo
       cloister config check
       cloister config check -p my-api --strict
     """
-    from cloister_cli import projects  # noqa: PLC0415 - see the imports above
+    from cloister_cli.repo import projects  # noqa: PLC0415 - see the imports above
     from cloister_core.config import ensure_default_config  # noqa: PLC0415
     from cloister_core.config.check import check_configuration  # noqa: PLC0415
 
@@ -199,7 +199,7 @@ def config_show(obj: CliContext, project: str | None, as_json: bool) -> None:
       cloister config show
       cloister config show -p my-api --json | jq '.domains[] | select(.action=="deny")'
     """
-    from cloister_cli import projects  # noqa: PLC0415 - see the imports above
+    from cloister_cli.repo import projects  # noqa: PLC0415 - see the imports above
     from cloister_core.background import (  # noqa: PLC0415
         BACKGROUND_HOSTS,
         background_hosts,

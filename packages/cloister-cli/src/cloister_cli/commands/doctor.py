@@ -1,4 +1,4 @@
-"""``cloister doctor``: a cloister audits itself (:mod:`cloister_cli.doctor`).
+"""``cloister doctor``: a cloister audits itself (:mod:`cloister_cli.stack.doctor`).
 
 The library is imported in the command: shell completion loads this module to complete
 a cloister's name.
@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import console, note, print_json
 from cloister_core.paths import CloisterPaths
 
 if TYPE_CHECKING:
-    from cloister_cli.doctor import Report
+    from cloister_cli.stack.doctor import Report
 
 
 @click.command("doctor")
@@ -45,9 +45,9 @@ def doctor(name: str | None, as_json: bool) -> None:
       cloister doctor my-api
       cloister doctor my-api --json | jq -r '.checks[] | select(.passed | not) | .id'
     """
-    from cloister_cli import doctor as library  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.stack import doctor as library  # noqa: PLC0415 - see the module docstring
 
-    # Not the shared Context: it would load most of the CLI (see cloister_cli.doctor.connect).
+    # Not the shared Context: it would load most of the CLI (see cloister_cli.stack.doctor.connect).
     report = library.audit(CloisterPaths.from_env(), name, Path.cwd())
     if as_json:
         print_json(report.to_json())

@@ -12,7 +12,7 @@ from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
-    from cloister_cli.gc import Collected, Orphan, Survey
+    from cloister_cli.session.gc import Collected, Orphan, Survey
 
 
 def _survey_json(found: Survey) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def gc(context: Context, dry_run: bool, yes: bool, as_json: bool) -> None:
       cloister gc
       cloister gc --yes --json
     """
-    from cloister_cli import gc as garbage  # noqa: PLC0415 - the docker SDK, when used
+    from cloister_cli.session import gc as garbage  # noqa: PLC0415 - the docker SDK, when used
 
     found = garbage.survey(context)
     if dry_run:

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from cloister_cli.commands.output import build_progress, console, note, print_json, warn
 from cloister_cli.context import Context
-from cloister_cli.guardian import legacy_hint
-from cloister_cli.hub_client import hub_secret_path, login_page_path
+from cloister_cli.stack.guardian import legacy_hint
+from cloister_cli.stack.hub_client import hub_secret_path, login_page_path
 from cloister_core.hubauth import REVOKED_BEFORE, revoke_sessions, sessions_dir
 
 
@@ -45,7 +45,7 @@ def guardian_start(context: Context, build: bool) -> None:
             f" Cloister leaves it alone: {legacy_hint()}"
         )
     with build_progress() as progress:
-        from cloister_cli import lifecycle  # noqa: PLC0415 - only `guardian start` needs it
+        from cloister_cli.session import lifecycle  # noqa: PLC0415 - only `guardian start` needs it
 
         started = lifecycle.ensure_guardian(context, progress, rebuild=build)
     if started:  # a new hub refuses its ticket: it was minted before the hub started

@@ -1,4 +1,5 @@
-"""``cloister images build | list | prune``: the steps are :mod:`cloister_cli.projectimages`'s.
+"""``cloister images build | list | prune``: the steps are
+:mod:`cloister_cli.images.projectimages`'s.
 
 The library modules are imported in the commands (the docker SDK and the config
 models cost time that `--help` and completion should not pay).
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import (
     build_progress,
     confirm_shape,
@@ -98,14 +99,11 @@ def build(
       cloister images build --no-cache
       cloister images build --yes   # accept changed Dockerfiles without asking
     """
-    from cloister_cli import (  # noqa: PLC0415
-        lifecycle,
-        projectimages,
-        projects,
-        shape,
-        starting,
-    )
-    from cloister_cli.features import resolve  # noqa: PLC0415
+    from cloister_cli.images import projectimages, shape  # noqa: PLC0415
+    from cloister_cli.images.features import resolve  # noqa: PLC0415
+    from cloister_cli.repo import projects  # noqa: PLC0415
+    from cloister_cli.session import lifecycle  # noqa: PLC0415
+    from cloister_cli.start import starting  # noqa: PLC0415
 
     if no_devcontainer and devcontainer_path is not None:
         raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
@@ -222,7 +220,8 @@ def list_command(context: Context, project_name: str | None, as_json: bool) -> N
       cloister images list -p my-api
       cloister images list --json | jq -r '.[] | select(.current | not) | .tag'
     """
-    from cloister_cli import listing, projectimages  # noqa: PLC0415
+    from cloister_cli.container import listing  # noqa: PLC0415
+    from cloister_cli.images import projectimages  # noqa: PLC0415
 
     found = projectimages.list_project_images(context.docker, context.paths)
     found = [image for image in found if project_name in (None, image.project)]
@@ -265,7 +264,8 @@ def prune(context: Context, project_name: str | None, yes: bool, as_json: bool) 
       cloister images prune -p my-api
       cloister images prune -y --json
     """
-    from cloister_cli import projectimages, projects  # noqa: PLC0415
+    from cloister_cli.images import projectimages  # noqa: PLC0415
+    from cloister_cli.repo import projects  # noqa: PLC0415
     from cloister_core.errors import CloisterError  # noqa: PLC0415
 
     def exists(name: str) -> bool:

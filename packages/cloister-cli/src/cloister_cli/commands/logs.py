@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import note
 from cloister_core.errors import CloisterError
 
 if TYPE_CHECKING:  # imported where used: shell completion loads this module on every TAB
-    from cloister_cli.cloisterlogs import Record
+    from cloister_cli.container.cloisterlogs import Record
     from cloister_cli.context import Context
 
 
@@ -63,12 +63,12 @@ def logs(
       cloister logs my-api -n 50 --json | jq -c 'select(.event == "proxy.request")'
       cloister logs my-api --service db -n 20   # the database beside it
     """
-    from cloister_cli import cloisterlogs  # noqa: PLC0415 - see the imports above
+    from cloister_cli.container import cloisterlogs  # noqa: PLC0415 - see the imports above
 
     if name is None:
         name = cloisterlogs.cloister_for_directory(context.paths, Path.cwd())
         if name is None:
-            from cloister_cli import listing  # noqa: PLC0415 - only without a session record
+            from cloister_cli.container import listing  # noqa: PLC0415 - only without a session record
 
             name = listing.name_for_directory(context.docker, context.instance, Path.cwd())
     start = cloisterlogs.parse_since(since, datetime.now().astimezone()) if since else None
@@ -111,7 +111,7 @@ def _service_output(
     tail: int | None,
     since: datetime | None,
 ) -> None:
-    from cloister_cli import services  # noqa: PLC0415 - see the imports above
+    from cloister_cli.container import services  # noqa: PLC0415 - see the imports above
 
     lines = services.output(
         context.docker, context.instance, name, service, follow=follow, tail=tail, since=since

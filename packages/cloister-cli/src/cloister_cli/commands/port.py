@@ -1,6 +1,6 @@
 """``cloister port``: publish a cloister's port on the host's 127.0.0.1, list, remove.
 
-The library (:mod:`cloister_cli.ports`) is imported in the command: shell completion
+The library (:mod:`cloister_cli.container.ports`) is imported in the command: shell completion
 loads this module to complete a cloister's name.
 """
 
@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import console, note, print_json
 
 if TYPE_CHECKING:
+    from cloister_cli.container.ports import Forward
     from cloister_cli.context import Context
-    from cloister_cli.ports import Forward
 
 
 @click.command("port")
@@ -69,8 +69,8 @@ def port(
       cloister port my-api 8000 --remove
       cloister port my-api 5432:15432 --service db   # its database on 127.0.0.1:15432
     """
-    from cloister_cli import listing, ports  # noqa: PLC0415 - see the module docstring
-    from cloister_cli.images import PROXY_IMAGE  # noqa: PLC0415
+    from cloister_cli.container import listing, ports  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.images.builds import PROXY_IMAGE  # noqa: PLC0415
 
     if list_ports and remove:
         raise click.UsageError("give --list or --remove, not both")

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import completion_sources, listing
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import console, note, print_json
+from cloister_cli.container import listing
 from cloister_core.names import validate_name
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def project_list(context: Context, as_json: bool) -> None:
       cloister project list
       cloister project list --json
     """
-    from cloister_cli import projects  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.repo import projects  # noqa: PLC0415 - see the module docstring
 
     found = projects.list_projects(context.paths)
     if as_json:
@@ -78,7 +79,7 @@ def project_show(context: Context, name: str, as_json: bool) -> None:
     """
     from rich.table import Table  # noqa: PLC0415 - see the module docstring
 
-    from cloister_cli import projects  # noqa: PLC0415
+    from cloister_cli.repo import projects  # noqa: PLC0415
     from cloister_core.policy import load_project_policy  # noqa: PLC0415
 
     validate_name(name, what="project name")
@@ -124,7 +125,8 @@ def project_remove(context: Context, name: str, volumes: bool) -> None:
       cloister project remove old-experiment
       cloister project remove old-experiment --volumes
     """
-    from cloister_cli import agentstate, projects  # noqa: PLC0415 - see the docstring
+    from cloister_cli.agents import agentstate  # noqa: PLC0415 - see the docstring
+    from cloister_cli.repo import projects  # noqa: PLC0415 - see the docstring
 
     validate_name(name, what="project name")
     state = agentstate.agents_dir(context.paths, name)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import note, print_json, warn
 from cloister_core import stack
 from cloister_core.errors import CloisterError
@@ -16,7 +16,7 @@ from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
-    from cloister_cli.snapshots import RestoreOutcome
+    from cloister_cli.session.snapshots import RestoreOutcome
     from cloister_core.snapshots import SnapshotRecord
 
 
@@ -27,7 +27,7 @@ def _local(moment: datetime) -> str:
 def _check_not_running(context: Context, record: SnapshotRecord) -> None:
     """No cloister may work in the repository while it is restored: the agent would go
     on writing (another worktree's cloister shares the refs and objects)."""
-    from cloister_cli import cloisters, listing  # noqa: PLC0415 - the docker SDK, when used
+    from cloister_cli.container import cloisters, listing  # noqa: PLC0415 - the docker SDK, when used
 
     try:
         container = cloisters.find(context.docker, context.instance, record.cloister)
@@ -132,8 +132,8 @@ def restore(
       cloister restore my-api 20261125T1107     # an older session's start
       cloister restore --list --json | jq -r '.[].id'
     """
-    from cloister_cli.snapshots import restore as restore_snapshot  # noqa: PLC0415
-    from cloister_cli.snapshots.choose import (  # noqa: PLC0415
+    from cloister_cli.session.snapshots import restore as restore_snapshot  # noqa: PLC0415
+    from cloister_cli.session.snapshots.choose import (  # noqa: PLC0415
         chosen,
         cloister_for_directory,
         records_of,

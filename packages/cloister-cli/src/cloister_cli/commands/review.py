@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import note, print_json, warn
 from cloister_core.errors import CloisterError
 
 if TYPE_CHECKING:  # imported where used: shell completion loads this module on every TAB
-    from cloister_cli import sessions
     from cloister_cli.context import Context
-    from cloister_cli.review import ReviewTarget
+    from cloister_cli.session import sessions
+    from cloister_cli.session.review import ReviewTarget
 
 FOUND_EXIT = 3  # something was found (1 is an error, 2 a usage error)
 
@@ -83,7 +83,7 @@ def review(context: Context, name: str | None, as_json: bool, fix: bool, yes: bo
       cloister review my-api --json
       cloister review my-api --fix    # asks first; --yes for scripts
     """
-    from cloister_cli import sessions  # noqa: PLC0415 - see the imports above
+    from cloister_cli.session import sessions  # noqa: PLC0415 - see the imports above
 
     session = sessions.find(context.paths, name, Path.cwd())
     if session is None and name is not None:
@@ -115,7 +115,7 @@ def _fix(
     plan = "\n".join(f"  {finding.fix.description}" for finding in report.findings if finding.fix)
     if not yes and not click.confirm(f"Cloister will:\n{plan}\nGo ahead?", err=True):
         raise SystemExit(1)
-    from cloister_cli import sessions  # noqa: PLC0415 - see the imports above
+    from cloister_cli.session import sessions  # noqa: PLC0415 - see the imports above
 
     outcome = sessions.fix(context.docker, context.paths, report)
     if not quiet:
@@ -125,8 +125,8 @@ def _fix(
 
 
 def _unknown_directory(directory: Path) -> ReviewTarget:
-    from cloister_cli import git  # noqa: PLC0415 - only for a directory without a session
-    from cloister_cli.review import ReviewTarget  # noqa: PLC0415
+    from cloister_cli.repo import git  # noqa: PLC0415 - only for a directory without a session
+    from cloister_cli.session.review import ReviewTarget  # noqa: PLC0415
 
     top = git.toplevel(directory)
     if top is None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import completion_sources
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import note, print_json
 from cloister_core.errors import CloisterError
 from cloister_core.printable import printable
@@ -46,7 +46,9 @@ def sync(context: Context, name: str | None, assume_yes: bool, as_json: bool) ->
       cloister sync my-api --yes          # fast-forward over a new gitlink
       git log --oneline refs/cloister/my-api/main
     """
-    from cloister_cli import cloisters, gitdirs, sessions  # noqa: PLC0415 - see main.py
+    from cloister_cli.container import cloisters  # noqa: PLC0415 - see main.py
+    from cloister_cli.repo import gitdirs  # noqa: PLC0415 - see main.py
+    from cloister_cli.session import sessions  # noqa: PLC0415 - see main.py
 
     session = sessions.find(context.paths, name, Path.cwd())
     if session is None:

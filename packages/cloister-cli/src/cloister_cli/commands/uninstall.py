@@ -1,15 +1,16 @@
-"""``cloister uninstall``: the steps are :mod:`cloister_cli.uninstall`'s; this asks and prints."""
+"""``cloister uninstall``: the steps are :mod:`cloister_cli.stack.uninstall`'s; this asks
+and prints."""
 
 from __future__ import annotations
 
 import click
 
-from cloister_cli import listing
-from cloister_cli import uninstall as library
 from cloister_cli.commands.cloister import lost_git_message, review_failed_message
 from cloister_cli.commands.output import note, print_json, warn
 from cloister_cli.commands.review import print_report
+from cloister_cli.container import listing
 from cloister_cli.context import Context
+from cloister_cli.stack import uninstall as library
 
 
 def _plan_lines(context: Context, plan: library.Purge | None) -> list[str]:

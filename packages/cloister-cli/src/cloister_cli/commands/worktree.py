@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cloister_cli import completion_sources, git, listing
+from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import console, print_json
+from cloister_cli.container import listing
+from cloister_cli.repo import git
 from cloister_core.names import sanitize_branch, validate_name
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ def worktree_list(context: Context, project_name: str | None, as_json: bool) -> 
       cloister worktree list
       cloister worktree list my-api --json
     """
-    from cloister_cli import gitdirs  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.repo import gitdirs  # noqa: PLC0415 - see the module docstring
 
     if project_name is not None:
         validate_name(project_name, what="project name")
@@ -90,7 +92,7 @@ def worktree_remove(context: Context, project_name: str, branch: str, force: boo
       cloister worktree remove my-api feature/login
       cloister worktree remove my-api feature/login -f
     """
-    from cloister_cli import gitdirs  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.repo import gitdirs  # noqa: PLC0415 - see the module docstring
     from cloister_core import beneath  # noqa: PLC0415
 
     directory = context.paths.worktree(project_name, sanitize_branch(branch))

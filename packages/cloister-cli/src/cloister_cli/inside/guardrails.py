@@ -21,7 +21,7 @@ from pathlib import Path
 
 from docker.types import Mount
 
-from cloister_cli.gitmounts import bind
+from cloister_cli.repo.gitmounts import bind
 from cloister_core.config.models import GitGuardrailsConfig
 from cloister_core.errors import CloisterError
 

@@ -1,0 +1,1 @@
+"""A cloister's container: its plan, network, ports, services, accounts and logs."""

@@ -1,0 +1,1 @@
+"""The human's repository and the cloister's own git directory, worktrees and mounts."""

@@ -1,0 +1,332 @@
+"""What the commands do, as library calls: images, find, stop, exec.
+
+The click commands in :mod:`cloister_cli.commands` parse options and print; everything
+else happens here (or in :mod:`cloister_cli.context`, the shared context), so it can
+be used (and tested) without a terminal. ``cloister start`` (and its dry run) is
+:mod:`cloister_cli.start.starting`, which builds on this module.
+"""
+
+from __future__ import annotations
+
+import stat
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+import docker
+import docker.errors
+
+from cloister_cli.agents import agentstate
+from cloister_cli.container import accounts, cloisters, listing, ports, safeguards, services
+from cloister_cli.container.cloisters import CloisterStartError
+from cloister_cli.context import Context
+from cloister_cli.images.builds import (
+    AGENT_IMAGES,
+    assemble_context,
+    build_image,
+    is_current,
+    source_fingerprint,
+)
+from cloister_cli.repo import gitdirs, gitmounts
+from cloister_cli.session import sessions
+from cloister_cli.session.snapshots.choose import records_of
+from cloister_core import stack
+from cloister_core.errors import CloisterError
+from cloister_core.sessions import SessionRecord, list_sessions, read_session
+from cloister_executor.gitsync import SyncError, SyncOutcome
+
+Progress = Callable[[str, str], None]  # (what, line)
+
+
+# -- images ----------------------------------------------------------------------------
+
+
+def ensure_guardian(context: Context, progress: Progress, *, rebuild: bool = False) -> bool:
+    """Bring the stack up, building images that are missing or stale; True if it started.
+
+    A running stack is left alone (``rebuild`` restarts it with fresh images): this runs
+    on every ``cloister start``, and asking the engine about images costs time.
+    """
+    guardian = context.guardian
+    if not rebuild and guardian.is_running():
+        return False
+    stale = guardian.tags.specs() if rebuild else guardian.stale_images()
+    if stale:
+        context.require_source()
+        with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
+            guardian.build_images(stale, progress, Path(scratch))
+    guardian.start()
+    return True
+
+
+def ensure_git_image(context: Context, progress: Progress) -> None:
+    """Build the image of ``cloister sync``'s throwaway containers when missing or stale
+    (a stack started by an older Cloister is left running without it)."""
+    guardian = context.guardian
+    stale = [(spec, tag) for spec, tag in guardian.stale_images() if tag == guardian.tags.git]
+    if stale:
+        context.require_source()
+        with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
+            guardian.build_images(stale, progress, Path(scratch))
+
+
+def ensure_agent_image(context: Context, image: str, progress: Progress) -> None:
+    """Build one of Cloister's agent images when missing or stale; others must exist."""
+    spec = AGENT_IMAGES.get(image)
+    source = context.source
+    fingerprint = source_fingerprint(source, spec) if spec and source else None
+    if is_current(context.docker, image, fingerprint):
+        return
+    if spec is None:
+        raise CloisterStartError(
+            f"image {image!r} is not on this machine; `docker pull {image}` or build it first"
+        )
+    if source is None:
+        source = context.require_source()  # raises: says where it looked for the tree
+    architecture = context.docker.info()["Architecture"]
+    with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
+        progress(image, "assembling the build context")
+        build_context = assemble_context(source, spec, Path(scratch) / "agent", architecture)
+        build_image(
+            context.docker,
+            build_context,
+            image,
+            on_line=lambda line: progress(image, line),
+            fingerprint=fingerprint,
+        )
+
+
+# -- finding and stopping ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StopOutcome:
+    stopped: bool
+    report: sessions.Report | None  # None: no session record, or the review failed
+    sync: SyncOutcome | None = None  # the last sync of its commits
+    sync_error: str | None = None  # why they could not be brought back (its git directory stays)
+    moved: tuple[str, ...] = ()  # repositories the agent made, moved to the quarantine
+    review_error: str | None = None  # why the review failed
+    # Stand-ins other cloisters' unfinished stops left, removed now (remove_stand_ins).
+    left_behind: tuple[Path, ...] = ()
+    lost: LostGitDir | None = None  # why its commits cannot come back, if a git directory went
+
+
+@dataclass(frozen=True, slots=True)
+class LostGitDir:
+    """A git directory a stopped cloister's commits cannot come back from."""
+
+    whose: Literal["cloister", "repository"]  # its own (/work/.git inside), or the human's
+    what: Literal["removed", "replaced"]
+    path: Path
+    # ``cloister restore NAME``'s snapshot: the newest kept at a start; None: none kept.
+    snapshot: str | None
+
+
+def _is(path: Path, kind: int) -> bool:
+    try:
+        return stat.S_IFMT(path.lstat().st_mode) == kind
+    except OSError:
+        return False
+
+
+def lost_git_dir(context: Context, session: SessionRecord) -> LostGitDir | None:
+    """Whether *session*'s sync failed because a git directory is gone: the cloister's own
+    removed (``rm -rf /work/.git`` inside leaves its empty mount points) or replaced by
+    another repository (no ``objects/info/alternates``: every start writes one), or the
+    human's repository's missing. Judged by names alone: nothing the agent wrote is read."""
+    if not session.is_git:
+        return None
+    own = context.paths.cloister_git_dir(session.cloister)
+    common = Path(str(session.common_dir))
+    records = records_of(context.paths, session.cloister)
+    kept = next((record.id for record in records if record.kind == "start"), None)
+    if not _is(common / "HEAD", stat.S_IFREG) or not _is(common / "objects", stat.S_IFDIR):
+        return LostGitDir("repository", "removed", common, kept)
+    if not _is(own / "HEAD", stat.S_IFREG) or not _is(own / "objects", stat.S_IFDIR):
+        return LostGitDir("cloister", "removed", own, kept)
+    if not _is(own / "objects" / "info" / "alternates", stat.S_IFREG):
+        return LostGitDir("cloister", "replaced", own, kept)
+    return None
+
+
+def stop(context: Context, name: str) -> StopOutcome:
+    """Remove the cloister, revoke its token everywhere, bring its commits back, and
+    review what it left in the work tree."""
+    instance = context.instance
+    # Its published ports (`cloister port`) first: their forwarders are on its network.
+    ports.remove_all(context.docker, instance, name)
+    # Its compose services too (on its network, or in its network namespace).
+    services.remove_all(context.docker, instance, name)
+    result = cloisters.stop(context.docker, context.paths, instance, name)
+    # A sync running now (the watch's) would hold the last one up: its container goes,
+    # and the sync gives up at once (a FIFO of the agent's can keep git waiting).
+    for running in context.docker.containers.list(
+        all=True, filters={"label": [instance.label_filter, f"{stack.LABEL_SYNC}={name}"]}
+    ):
+        try:
+            running.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            if error.status_code != 409:  # 409: its own removal (a finished sync) is under way
+                raise
+    accounts.remove(context.paths, name)
+    safeguards.remove_marker(context.paths, name)
+    if result.project is not None:
+        agentstate.disarm(context.paths, result.project)
+    # The hub and the gateway see the token file go on their own.
+    context.guardian.reload_proxy()  # closes its open tunnels now
+    session = read_session(context.paths, name)
+    if session is None:
+        return StopOutcome(result.stopped, None, left_behind=_sweep(context))
+    # A session still open is a cloister to finish, its container gone or not.
+    stopped = result.stopped or session.running
+    synced, sync_error = sync_stopped(context, session)
+    lost = lost_git_dir(context, session) if sync_error is not None else None
+    if lost is not None and lost.whose == "cloister" and lost.what == "removed":
+        gitdirs.remove(context.paths, name)  # nothing in it to bring back, ever
+    moved: list[str] = []
+    try:
+        report = sessions.report(session, sessions.review_target(session))
+        moved = sessions.move_new_repositories(context.paths, report)
+        if moved:
+            report = sessions.report(session, sessions.review_target(session))
+    except Exception as error:  # what the agent left must not hide what it left
+        sessions.release(context.paths, session)
+        return StopOutcome(
+            stopped,
+            None,
+            synced,
+            sync_error,
+            tuple(moved),
+            f"{type(error).__name__}: {error}",
+            _sweep(context),
+            lost,
+        )
+    sessions.release(context.paths, session)
+    return StopOutcome(
+        stopped, report, synced, sync_error, tuple(moved), None, _sweep(context), lost
+    )
+
+
+def _finished_placeholders(context: Context) -> tuple[dict[str, list[Path]], set[str]]:
+    """What the records of stopped cloisters still list as made, by cloister, less what
+    a live cloister keeps read-only (returned too): a cloister with a container, or a
+    session still open (a start under way, or a dead cloister, which its own ``stop`` or
+    ``gc``'s, or the next ``start``'s, finishes, review included). A live cloister may
+    share the work tree and mount a stand-in another one made."""
+    records = list_sessions(context.paths)
+    if not any(record.placeholders and not record.running for record in records):
+        return {}, set()  # the engine is not asked: nothing to find
+    live = {info.name for info in listing.list_cloisters(context.docker, context.instance)}
+    live |= {record.cloister for record in records if record.running}
+    in_use = sessions.kept_read_only(records, live)
+    finished = {
+        record.cloister: [Path(path) for path in record.placeholders if path not in in_use]
+        for record in records
+        if record.placeholders and record.cloister not in live
+    }
+    return finished, in_use
+
+
+def left_stand_ins(context: Context) -> dict[str, list[Path]]:
+    """The stand-ins (:mod:`cloister_cli.repo.gitmounts`) that stopped cloisters left in
+    their work trees, by cloister: a stop killed after it recorded the end. Only what a
+    session record lists as made, and only what is still there."""
+    finished, _ = _finished_placeholders(context)
+    found = {
+        name: [path for path in paths if path.exists() or path.is_symlink()]
+        for name, paths in finished.items()
+    }
+    return {name: paths for name, paths in found.items() if paths}
+
+
+def remove_stand_ins(context: Context) -> list[Path]:
+    """Remove what :func:`left_stand_ins` finds, if still empty, and forget all that the
+    stopped cloisters' records list (one that is not empty is the human's now, and so is
+    what is made again later under such a name) but what a live cloister keeps
+    read-only; the stand-ins removed."""
+    removed: list[Path] = []
+    finished, in_use = _finished_placeholders(context)
+    for name, paths in finished.items():
+        session = read_session(context.paths, name)
+        if session is None or session.running:
+            continue  # started again meanwhile
+        before = {path for path in paths if path.exists()}
+        sessions.forget_placeholders(context.paths, session, in_use)
+        removed.extend(path for path in before if not path.exists())
+    return gitmounts.stand_ins(removed)
+
+
+def _sweep(context: Context) -> tuple[Path, ...]:
+    """:func:`remove_stand_ins` after a stop: what it cannot do is no reason to fail one."""
+    try:
+        return tuple(remove_stand_ins(context))
+    except (OSError, CloisterError, docker.errors.DockerException):
+        return ()
+
+
+def sync_stopped(context: Context, session: SessionRecord) -> tuple[SyncOutcome | None, str | None]:
+    """The last sync of a cloister whose container is gone; its git directory goes once
+    its commits are in (it stays, and `cloister sync` retries, when they are not)."""
+    if not session.is_git or not context.paths.cloister_git_dir(session.cloister).exists():
+        return None, None
+    try:
+        outcome = context.syncer.sync(session.cloister, running=False)
+    except SyncError as error:
+        return None, str(error)
+    gitdirs.remove(context.paths, session.cloister)
+    return outcome, None
+
+
+# -- exec ----------------------------------------------------------------------------------
+
+
+def exec_argv(
+    context: Context,
+    name: str,
+    command: list[str],
+    *,
+    workdir: str | None,
+    cwd: Path,
+    tty: bool,
+) -> list[str]:
+    """The ``docker exec`` command line that runs *command* in cloister *name*.
+
+    The container's environment (token, proxy, the agent's settings) comes with it.
+    Without *workdir*, the directory in ``/work`` that matches the caller's *cwd* when
+    that is inside the cloister's working tree, else ``/work``; a relative *workdir* is
+    relative to ``/work``.
+    """
+    container = cloisters.find(context.docker, context.instance, name)
+    if container is None:
+        raise CloisterError(f"no cloister {name!r} (`cloister list`)")
+    if container.status == "paused":
+        raise CloisterError(
+            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
+        )
+    if container.status != "running":
+        raise CloisterError(
+            f"cloister {name!r} is {container.status}; `cloister start` in its directory"
+        )
+    if not command:
+        raise CloisterError("no command to run (cloister exec NAME -- COMMAND...)")
+    if workdir is None:
+        root = Path(container.labels.get(stack.LABEL_PATH, "/nonexistent"))
+        inside = cwd.resolve()
+        relative = inside.relative_to(root) if inside.is_relative_to(root) else Path()
+        target = str(PurePosixPath("/work", *relative.parts))
+    else:
+        target = str(PurePosixPath("/work", workdir))  # an absolute one stays as it is
+    flags = ["-it"] if tty else ["-i"]
+    return [
+        "exec",
+        *flags,
+        "-w",
+        target,
+        container.name or context.instance.cloister(name),
+        *command,
+    ]

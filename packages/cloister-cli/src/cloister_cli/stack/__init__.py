@@ -1,0 +1,2 @@
+"""The guardian stack on this machine: its containers, the hub's client, the host
+executor, ``doctor`` and ``uninstall``."""

@@ -1,0 +1,1 @@
+"""``cloister start``: the plan of a start, carrying it out, and its dry run."""
