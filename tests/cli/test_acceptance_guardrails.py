@@ -26,7 +26,7 @@ import docker.errors
 import pytest
 
 from cloister_cli.context import Context
-from cloister_cli.session.lifecycle import ensure_agent_image
+from cloister_cli.start.ensure import ensure_agent_image
 from cloister_core.paths import CloisterPaths
 from tests.agents.agent_images import agents_image, pinned_versions
 from tests.cli.cli_support import (

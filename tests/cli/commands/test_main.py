@@ -109,7 +109,7 @@ HEAVY = (
     "rich",
     "jinja2",
     "cloister_core.config",
-    "cloister_cli.session.lifecycle",
+    "cloister_cli.session.ending",
     "cloister_cli.start.starting",
     "cloister_cli.images.projectimages",
 )
@@ -174,7 +174,7 @@ ENGINE_ONLY = (
     "docker",
     "requests",
     "httpx",
-    "cloister_cli.session.lifecycle",
+    "cloister_cli.session.ending",
     "cloister_cli.start.starting",
 )
 

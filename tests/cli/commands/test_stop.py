@@ -1,4 +1,4 @@
-"""``cloister stop`` through click's runner, on the real ``lifecycle.stop``: its last sync
+"""``cloister stop`` through click's runner, on the real ``ending.stop``: its last sync
 (a fake syncer), the repositories the agent made moved away, the review, the release.
 The engine, the guardian and the syncer are fakes; the session and git are real."""
 

@@ -1,6 +1,6 @@
 """``cloister uninstall`` against a fake engine: never the real one, whose images are shared.
 
-The cloisters are stopped by the real ``lifecycle.stop`` (the fake engine holds their
+The cloisters are stopped by the real ``ending.stop`` (the fake engine holds their
 containers; the hub and the guardian are fakes too), so what is checked is what
 ``cloister stop --all`` would have done.
 """
@@ -20,8 +20,8 @@ from cloister_cli.container.cloisters import Workspace
 from cloister_cli.context import Context
 from cloister_cli.repo import git, gitdirs, projects
 from cloister_cli.repo.projects import Project
-from cloister_cli.session import lifecycle, sessions
-from cloister_cli.session.lifecycle import StopOutcome
+from cloister_cli.session import ending, sessions
+from cloister_cli.session.ending import StopOutcome
 from cloister_cli.stack import executor_process
 from cloister_cli.stack import uninstall as library
 from cloister_cli.start import starting
@@ -473,7 +473,7 @@ def test_unsynced_commits_keep_the_directories(
     def stop(context: Context, name: str) -> StopOutcome:
         return StopOutcome(True, None, sync_error="boom" if name == "web" else None)
 
-    monkeypatch.setattr(lifecycle, "stop", stop)
+    monkeypatch.setattr(ending, "stop", stop)
     result = run(env, "--yes", "--purge", "--json")
     assert result.exit_code == 1
     document = json.loads(result.stdout)

@@ -33,7 +33,7 @@ from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
-    from cloister_cli.session.lifecycle import LostGitDir, StopOutcome
+    from cloister_cli.session.ending import LostGitDir, StopOutcome
     from cloister_cli.start.starting import StartOptions as LifecycleOptions
     from cloister_cli.start.starting import StartOutcome
     from cloister_core.devcontainer import Devcontainer
@@ -328,7 +328,7 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
       cloister stop --all
     """
     from cloister_cli.commands.review import print_report  # noqa: PLC0415
-    from cloister_cli.session import lifecycle  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.session import ending  # noqa: PLC0415 - see the module docstring
 
     if stop_all and name:
         raise click.UsageError("give a NAME or --all, not both")
@@ -338,7 +338,7 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
         else [name or listing.name_for_directory(context.docker, context.instance, Path.cwd())]
     )
     for each in names:
-        outcome = lifecycle.stop(context, each)
+        outcome = ending.stop(context, each)
         if not outcome.stopped:
             raise click.ClickException(f"no cloister {each!r} (`cloister list`)")
         click.echo(f"stopped {each}")
@@ -448,7 +448,7 @@ def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) 
       cloister exec my-api -w src -- ls
       cloister start -d --agent claude && cloister exec -- claude -p "fix the build"
     """
-    from cloister_cli.session import lifecycle  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.container import cloisters  # noqa: PLC0415 - see the module docstring
 
     command: list[str] | None = click.get_current_context().meta.get("exec.command")
     if command is None:  # docker's form: NAME COMMAND...
@@ -463,7 +463,7 @@ def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) 
     if name is None:
         name = listing.name_for_directory(context.docker, context.instance, Path.cwd())
     tty = sys.stdin.isatty() and sys.stdout.isatty()
-    argv = lifecycle.exec_argv(context, name, command, workdir=workdir, cwd=Path.cwd(), tty=tty)
+    argv = cloisters.exec_argv(context, name, command, workdir=workdir, cwd=Path.cwd(), tty=tty)
     docker_cli = shutil.which("docker")
     if docker_cli is None:
         raise click.ClickException("the docker command is not installed")

@@ -45,9 +45,9 @@ def guardian_start(context: Context, build: bool) -> None:
             f" Cloister leaves it alone: {legacy_hint()}"
         )
     with build_progress() as progress:
-        from cloister_cli.session import lifecycle  # noqa: PLC0415 - only `guardian start` needs it
+        from cloister_cli.start import ensure  # noqa: PLC0415 - only `guardian start` needs it
 
-        started = lifecycle.ensure_guardian(context, progress, rebuild=build)
+        started = ensure.ensure_guardian(context, progress, rebuild=build)
     if started:  # a new hub refuses its ticket: it was minted before the hub started
         login_page_path(context.paths).unlink(missing_ok=True)
     status = context.guardian.status()

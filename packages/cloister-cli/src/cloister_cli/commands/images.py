@@ -102,8 +102,7 @@ def build(
     from cloister_cli.images import projectimages, shape  # noqa: PLC0415
     from cloister_cli.images.features import resolve  # noqa: PLC0415
     from cloister_cli.repo import projects  # noqa: PLC0415
-    from cloister_cli.session import lifecycle  # noqa: PLC0415
-    from cloister_cli.start import starting  # noqa: PLC0415
+    from cloister_cli.start import ensure, starting  # noqa: PLC0415
 
     if no_devcontainer and devcontainer_path is not None:
         raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
@@ -166,7 +165,7 @@ def build(
     projects.register(context.paths, project)  # prune keeps the images of known projects
     with build_progress() as progress:
         if devcontainer is None:
-            lifecycle.ensure_agent_image(context, base, progress)
+            ensure.ensure_agent_image(context, base, progress)
         plan = projectimages.ensure_project_image(
             context.docker,
             context.paths,

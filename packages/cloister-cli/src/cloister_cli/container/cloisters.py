@@ -30,8 +30,8 @@ import os
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NamedTuple
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import docker
 import docker.errors
@@ -49,6 +49,10 @@ from cloister_core.config.models import DefaultsConfig, GuardianConfig
 from cloister_core.decisions import remove_session_decisions
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
+
+if TYPE_CHECKING:
+    from cloister_cli.context import Context
+
 from cloister_core.tokens import (
     TokenRecord,
     remove_token_file,
@@ -474,3 +478,53 @@ def stop(
     token = remove_token_file(paths.tokens_dir, name)
     remove_session_decisions(paths, name)
     return StopResult(container is not None or token or network, common, project)
+
+
+# -- exec ----------------------------------------------------------------------------------
+
+
+def exec_argv(
+    context: Context,
+    name: str,
+    command: list[str],
+    *,
+    workdir: str | None,
+    cwd: Path,
+    tty: bool,
+) -> list[str]:
+    """The ``docker exec`` command line that runs *command* in cloister *name*.
+
+    The container's environment (token, proxy, the agent's settings) comes with it.
+    Without *workdir*, the directory in ``/work`` that matches the caller's *cwd* when
+    that is inside the cloister's working tree, else ``/work``; a relative *workdir* is
+    relative to ``/work``.
+    """
+    container = find(context.docker, context.instance, name)
+    if container is None:
+        raise CloisterError(f"no cloister {name!r} (`cloister list`)")
+    if container.status == "paused":
+        raise CloisterError(
+            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
+        )
+    if container.status != "running":
+        raise CloisterError(
+            f"cloister {name!r} is {container.status}; `cloister start` in its directory"
+        )
+    if not command:
+        raise CloisterError("no command to run (cloister exec NAME -- COMMAND...)")
+    if workdir is None:
+        root = Path(container.labels.get(stack.LABEL_PATH, "/nonexistent"))
+        inside = cwd.resolve()
+        relative = inside.relative_to(root) if inside.is_relative_to(root) else Path()
+        target = str(PurePosixPath("/work", *relative.parts))
+    else:
+        target = str(PurePosixPath("/work", workdir))  # an absolute one stays as it is
+    flags = ["-it"] if tty else ["-i"]
+    return [
+        "exec",
+        *flags,
+        "-w",
+        target,
+        container.name or context.instance.cloister(name),
+        *command,
+    ]

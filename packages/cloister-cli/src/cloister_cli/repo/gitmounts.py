@@ -23,7 +23,7 @@ A missing protected path is created empty first (a *placeholder*, or stand-in: a
 directory, which git and direnv ignore, where an empty file would show as untracked), so
 the agent cannot create it either. What was made is recorded in the cloister's session
 record, and only that is removed, if still empty: at stop, or by the next ``start``,
-``stop`` or ``gc`` when that stop did not get so far (:func:`cloister_cli.session.lifecycle.
+``stop`` or ``gc`` when that stop did not get so far (:func:`cloister_cli.session.ending.
 remove_stand_ins`).
 """
 

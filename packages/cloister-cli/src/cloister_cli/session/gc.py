@@ -9,7 +9,7 @@ them:
 
 * a *dead cloister* (a token file, an unfinished session record or a git directory of
   its own, with no container) is stopped as ``cloister stop`` would
-  (:func:`cloister_cli.session.lifecycle.stop`: its commits synced, review included);
+  (:func:`cloister_cli.session.ending.stop`: its commits synced, review included);
 * a *sync container* that a killed ``cloister sync`` left is removed, and so is a
   probe's sidecar a killed ``cloister doctor`` left;
 * *expired snapshots* are removed by the ``snapshots:`` rules, with pool files no kept
@@ -23,7 +23,7 @@ them:
   gone is removed, once it is older than a start takes to run its container on it;
 * *stand-ins* a stopped cloister's session recorded making for its protected paths,
   still there (its stop was killed before it removed them), are removed if still empty
-  (:func:`cloister_cli.session.lifecycle.remove_stand_ins`);
+  (:func:`cloister_cli.session.ending.remove_stand_ins`);
 * an *orphan worktree* (under ``<data>/worktrees``, no cloister in it, and its
   repository gone or no longer knowing it) is removed only when asked to: it may hold
   the only copy of uncommitted work.
@@ -42,8 +42,8 @@ import docker.errors
 from cloister_cli.container import cloisters, listing, networks, ports, services
 from cloister_cli.context import Context
 from cloister_cli.repo import git, gitdirs, gitmounts
-from cloister_cli.session import lifecycle
-from cloister_cli.session.lifecycle import StopOutcome
+from cloister_cli.session import ending
+from cloister_cli.session.ending import StopOutcome
 from cloister_cli.session.snapshots.pool import prune
 from cloister_cli.session.snapshots.take import expire_project, holding_pool
 from cloister_cli.stack.doctor import PROBE_TIMEOUT
@@ -240,7 +240,7 @@ def survey(context: Context, *, now: datetime | None = None) -> Survey:
         ),
         stand_ins={
             name: gitmounts.stand_ins(paths)
-            for name, paths in lifecycle.left_stand_ins(context).items()
+            for name, paths in ending.left_stand_ins(context).items()
         },
     )
 
@@ -300,9 +300,9 @@ def collect(
     done = Collected()
     for name in found.dead:
         if cloisters.find(context.docker, context.instance, name) is None:  # not started since
-            done.stopped[name] = lifecycle.stop(context, name)
+            done.stopped[name] = ending.stop(context, name)
             done.stand_ins.extend(done.stopped[name].left_behind)
-    done.stand_ins.extend(lifecycle.remove_stand_ins(context))
+    done.stand_ins.extend(ending.remove_stand_ins(context))
     # After the dead cloisters' stop (which removes their forwarders): what is left belongs
     # to a cloister removed outside Cloister, and may reach another one's address by now.
     done.forwarders = ports.remove_stale(context.docker, context.instance)

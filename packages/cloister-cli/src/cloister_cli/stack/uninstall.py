@@ -38,7 +38,7 @@ from cloister_cli.images.builds import (
     SLIM_AGENT_IMAGE,
 )
 from cloister_cli.repo import git, gitdirs
-from cloister_cli.session import gc, lifecycle
+from cloister_cli.session import ending, gc
 from cloister_cli.stack import executor_process
 from cloister_cli.stack.guardian import whose
 from cloister_core import beneath, stack
@@ -83,7 +83,7 @@ class Step:
     target: str
     outcome: Outcome
     message: str  # the progress line for a person
-    stopped: lifecycle.StopOutcome | None = None  # a cloister's: what its review found
+    stopped: ending.StopOutcome | None = None  # a cloister's: what its review found
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -205,7 +205,7 @@ def stop_cloisters(context: Context, summary: Summary) -> Iterator[Step]:
     names = [info.name for info in listing.list_cloisters(context.docker, context.instance)]
     for name in [*names, *_unsynced_dead(context, names)]:
         try:
-            outcome = lifecycle.stop(context, name)
+            outcome = ending.stop(context, name)
         except (CloisterError, docker.errors.DockerException, OSError) as error:
             yield Step("cloister", name, "failed", f"could not stop cloister {name}: {error}")
             continue

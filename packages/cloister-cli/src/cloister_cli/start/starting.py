@@ -1,7 +1,7 @@
 """``cloister start`` as a library call: the workspace, the devcontainer, the image, the
 container plan and the container; :func:`preview` is the same computed with nothing written.
 
-The guardian and agent images and ``stop`` are :mod:`cloister_cli.session.lifecycle`'s (the
+The guardian and agent images and ``stop`` are :mod:`cloister_cli.session.ending`'s (the
 shared :class:`~cloister_cli.context.Context`, its own module's); this module uses them
 (never the other way round).
 """
@@ -29,16 +29,14 @@ from cloister_cli.repo import git, gitdirs, gitmounts, projects
 from cloister_cli.repo.gitmounts import GitPlan, Protection
 from cloister_cli.repo.refs import check_refs
 from cloister_cli.session import sessions, snapshots
-from cloister_cli.session.lifecycle import (
+from cloister_cli.session.ending import remove_stand_ins, stop, sync_stopped
+from cloister_cli.stack import doctor
+from cloister_cli.start.ensure import (
     Progress,
     ensure_agent_image,
     ensure_git_image,
     ensure_guardian,
-    remove_stand_ins,
-    stop,
-    sync_stopped,
 )
-from cloister_cli.stack import doctor
 from cloister_core import beneath, stack
 from cloister_core.config import load_project_config
 from cloister_core.config.models import ProjectConfig

@@ -1,18 +1,12 @@
-"""What the commands do, as library calls: images, find, stop, exec.
-
-The click commands in :mod:`cloister_cli.commands` parse options and print; everything
-else happens here (or in :mod:`cloister_cli.context`, the shared context), so it can
-be used (and tested) without a terminal. ``cloister start`` (and its dry run) is
-:mod:`cloister_cli.start.starting`, which builds on this module.
-"""
+"""How a cloister's session ends: ``cloister stop`` as a library call (the container, its
+token, its commits brought back, the review of what it left) and the stand-ins unfinished
+stops left behind."""
 
 from __future__ import annotations
 
 import stat
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Literal
 
 import docker
@@ -20,15 +14,7 @@ import docker.errors
 
 from cloister_cli.agents import agentstate
 from cloister_cli.container import accounts, cloisters, listing, ports, safeguards, services
-from cloister_cli.container.cloisters import CloisterStartError
 from cloister_cli.context import Context
-from cloister_cli.images.builds import (
-    AGENT_IMAGES,
-    assemble_context,
-    build_image,
-    is_current,
-    source_fingerprint,
-)
 from cloister_cli.repo import gitdirs, gitmounts
 from cloister_cli.session import sessions
 from cloister_cli.session.snapshots.choose import records_of
@@ -36,69 +22,6 @@ from cloister_core import stack
 from cloister_core.errors import CloisterError
 from cloister_core.sessions import SessionRecord, list_sessions, read_session
 from cloister_executor.gitsync import SyncError, SyncOutcome
-
-Progress = Callable[[str, str], None]  # (what, line)
-
-
-# -- images ----------------------------------------------------------------------------
-
-
-def ensure_guardian(context: Context, progress: Progress, *, rebuild: bool = False) -> bool:
-    """Bring the stack up, building images that are missing or stale; True if it started.
-
-    A running stack is left alone (``rebuild`` restarts it with fresh images): this runs
-    on every ``cloister start``, and asking the engine about images costs time.
-    """
-    guardian = context.guardian
-    if not rebuild and guardian.is_running():
-        return False
-    stale = guardian.tags.specs() if rebuild else guardian.stale_images()
-    if stale:
-        context.require_source()
-        with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
-            guardian.build_images(stale, progress, Path(scratch))
-    guardian.start()
-    return True
-
-
-def ensure_git_image(context: Context, progress: Progress) -> None:
-    """Build the image of ``cloister sync``'s throwaway containers when missing or stale
-    (a stack started by an older Cloister is left running without it)."""
-    guardian = context.guardian
-    stale = [(spec, tag) for spec, tag in guardian.stale_images() if tag == guardian.tags.git]
-    if stale:
-        context.require_source()
-        with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
-            guardian.build_images(stale, progress, Path(scratch))
-
-
-def ensure_agent_image(context: Context, image: str, progress: Progress) -> None:
-    """Build one of Cloister's agent images when missing or stale; others must exist."""
-    spec = AGENT_IMAGES.get(image)
-    source = context.source
-    fingerprint = source_fingerprint(source, spec) if spec and source else None
-    if is_current(context.docker, image, fingerprint):
-        return
-    if spec is None:
-        raise CloisterStartError(
-            f"image {image!r} is not on this machine; `docker pull {image}` or build it first"
-        )
-    if source is None:
-        source = context.require_source()  # raises: says where it looked for the tree
-    architecture = context.docker.info()["Architecture"]
-    with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:
-        progress(image, "assembling the build context")
-        build_context = assemble_context(source, spec, Path(scratch) / "agent", architecture)
-        build_image(
-            context.docker,
-            build_context,
-            image,
-            on_line=lambda line: progress(image, line),
-            fingerprint=fingerprint,
-        )
-
-
-# -- finding and stopping ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,53 +203,3 @@ def sync_stopped(context: Context, session: SessionRecord) -> tuple[SyncOutcome 
         return None, str(error)
     gitdirs.remove(context.paths, session.cloister)
     return outcome, None
-
-
-# -- exec ----------------------------------------------------------------------------------
-
-
-def exec_argv(
-    context: Context,
-    name: str,
-    command: list[str],
-    *,
-    workdir: str | None,
-    cwd: Path,
-    tty: bool,
-) -> list[str]:
-    """The ``docker exec`` command line that runs *command* in cloister *name*.
-
-    The container's environment (token, proxy, the agent's settings) comes with it.
-    Without *workdir*, the directory in ``/work`` that matches the caller's *cwd* when
-    that is inside the cloister's working tree, else ``/work``; a relative *workdir* is
-    relative to ``/work``.
-    """
-    container = cloisters.find(context.docker, context.instance, name)
-    if container is None:
-        raise CloisterError(f"no cloister {name!r} (`cloister list`)")
-    if container.status == "paused":
-        raise CloisterError(
-            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
-        )
-    if container.status != "running":
-        raise CloisterError(
-            f"cloister {name!r} is {container.status}; `cloister start` in its directory"
-        )
-    if not command:
-        raise CloisterError("no command to run (cloister exec NAME -- COMMAND...)")
-    if workdir is None:
-        root = Path(container.labels.get(stack.LABEL_PATH, "/nonexistent"))
-        inside = cwd.resolve()
-        relative = inside.relative_to(root) if inside.is_relative_to(root) else Path()
-        target = str(PurePosixPath("/work", *relative.parts))
-    else:
-        target = str(PurePosixPath("/work", workdir))  # an absolute one stays as it is
-    flags = ["-it"] if tty else ["-i"]
-    return [
-        "exec",
-        *flags,
-        "-w",
-        target,
-        container.name or context.instance.cloister(name),
-        *command,
-    ]
