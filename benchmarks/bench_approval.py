@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, sync_playwright
 
+from benchsupport import free_port
 from cloister_core.hubauth import login_url
 
 TARGET_MS = 100.0
@@ -65,13 +65,6 @@ document.addEventListener("cloister:added", (event) => {
   window.__arrivals.set(event.detail.host, [Date.now(), event.detail.id]);
 });
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchsupport import BenchError
+from benchsupport import BenchError, free_port, wait_listening
 from cloister_core.credentials import store
 from cloister_core.paths import CloisterPaths
 from cloister_core.tokens import TokenRecord, write_token_file
@@ -77,24 +77,6 @@ async def _serve_upstream(port: int) -> None:
 
 
 # -- the run ----------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_listening(port: int, child: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise BenchError(f"{what} exited with {child.returncode}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise BenchError(f"{what} did not listen within {READY_TIMEOUT:.0f} s")
 
 
 def _request(token: str) -> bytes:
@@ -193,7 +175,7 @@ def upstream_connections(port: int) -> int:
 def benchmark(options: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     paths = CloisterPaths(config_dir=scratch / "config", data_dir=scratch / "data")
     paths.config_dir.mkdir()
-    upstream_port, gateway_port = _free_port(), _free_port()
+    upstream_port, gateway_port = free_port(), free_port()
     paths.config_file.write_text(
         'proxy:\n  allow_private_networks: ["127.0.0.0/8"]\n'
         f'agents:\n  claude: {{api_base: "http://127.0.0.1:{upstream_port}"}}\n'
@@ -221,8 +203,10 @@ def benchmark(options: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             stderr=(scratch / "gateway.log").open("wb"),
         )  # fmt: skip
         children.append(gateway)
-        _wait_listening(upstream_port, upstream, "the upstream")
-        _wait_listening(gateway_port, gateway, "the gateway")
+        wait_listening(upstream_port, upstream, "the upstream", timeout=READY_TIMEOUT)
+        wait_listening(
+            gateway_port, gateway, "the gateway", scratch / "gateway.log", timeout=READY_TIMEOUT
+        )
         timed_requests(gateway_port, tokens["other"], options.warmup)
         baseline = timed_requests(gateway_port, tokens["other"], options.requests)
         held, refused, closed = hold(gateway_port, tokens["hog"], options.hold)

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cloister_core.devcontainer import load_devcontainer
-from cloister_core.devcontainer.jsonc import MAX_DEPTH
 from cloister_core.devcontainer.loader import MAX_SIZE
+from cloister_core.jsonc import MAX_DEPTH
 
 TARGET_S = 1.0
 HEAD = '{\n  "image": "debian:bookworm-slim",\n'

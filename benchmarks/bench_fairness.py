@@ -33,26 +33,8 @@ from pathlib import Path
 
 import httpx
 
-from benchsupport import BenchError, summary
+from benchsupport import BenchError, free_port, summary, wait_listening
 from cloister_core.tokens import TokenRecord, write_token_file
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_listening(port: int, child: subprocess.Popen[bytes], name: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise BenchError(f"{name} exited: {log.read_text(errors='replace')}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise BenchError(f"{name} did not listen on {port}: {log.read_text(errors='replace')}")
 
 
 @contextlib.contextmanager
@@ -60,7 +42,7 @@ def service(argv: list[str], env: dict[str, str], port: int, log: Path) -> Itera
     with log.open("wb") as sink:
         child = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_listening(port, child, argv[2], log)
+        wait_listening(port, child, argv[2], log, timeout=30)
         yield
     finally:
         if sys.exc_info()[0] is not None:

@@ -47,8 +47,8 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 just now: the guardian's UI port, so that a
-    benchmark's guardian stands beside the user's own (default 9999) and others."""
+    """A TCP port free on 127.0.0.1 just now: a service's under test, or the guardian's UI
+    port, so that a benchmark's guardian stands beside the user's own (default 9999)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -206,9 +206,14 @@ def pipe(stream: IO[bytes] | None) -> IO[bytes]:
 
 
 def wait_listening(
-    port: int, child: subprocess.Popen[bytes], what: str, log: Path, timeout: float = 20.0
+    port: int,
+    child: subprocess.Popen[bytes],
+    what: str,
+    log: Path | None = None,
+    timeout: float = 20.0,
 ) -> None:
-    """Poll connect() until something accepts on *port*, the child dies, or time is up."""
+    """Poll connect() until something accepts on *port*, the child dies, or time is up;
+    the end of *log* (the child's output) says why it died."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -221,7 +226,9 @@ def wait_listening(
     raise BenchError(f"{what} did not accept connections within {timeout:.0f} s")
 
 
-def log_tail(log: Path, lines: int = 20) -> str:
+def log_tail(log: Path | None, lines: int = 20) -> str:
+    if log is None:
+        return ""
     try:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

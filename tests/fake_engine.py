@@ -1,4 +1,7 @@
-"""The one fake of the docker SDK's ``DockerClient`` that the CLI library is given.
+"""The one fake of the engine the CLI library is given: its port
+(:class:`cloister_cli.container.engine.Engine`), whose one real implementation is the
+docker SDK's ``DockerClient``; tests/cli/container/test_engine.py checks the fake has
+every name of the port, and mypy that it has them with the port's signatures.
 
 It keeps containers, networks and images by name, shaped like the SDK's objects: a
 container's ``attrs`` is its inspect document, and its name, labels and status are read
@@ -12,12 +15,14 @@ command that makes it (``rm NAME``, ``network create NAME SUBNET``, ``rmi TAG``)
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import os
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, cast
+from pathlib import PurePosixPath
+from typing import IO, Any, Literal, cast, overload
 
 import docker
 import docker.errors
@@ -99,12 +104,14 @@ class FakeContainer:
         logs: bytes = b"",
         start_error: str | None = None,
         exits: bool = False,
+        files: Mapping[str, bytes] | None = None,
     ) -> None:
         self.attrs = attrs
         self.engine = engine
         self.logs_text = logs
         self.start_error = start_error  # the engine's refusal of its start
         self.exits = exits  # at once, once started
+        self.files = dict(files or {})  # path → content: what ``get_archive`` finds
 
     @classmethod
     def of(
@@ -149,8 +156,31 @@ class FakeContainer:
     def reload(self) -> None:
         self._engine()  # the document is the engine's own, always current
 
-    def logs(self, **kwargs: Any) -> bytes:
-        return self.logs_text
+    @overload
+    def logs(self, *, stream: Literal[True], **kwargs: Any) -> Iterator[bytes]: ...
+    @overload
+    def logs(self, *, stream: Literal[False] = False, **kwargs: Any) -> bytes: ...
+    def logs(self, *, stream: bool = False, **kwargs: Any) -> bytes | Iterator[bytes]:
+        return iter(self.logs_text.splitlines(keepends=True)) if stream else self.logs_text
+
+    def get_archive(self, path: str) -> tuple[Iterator[bytes], dict[str, Any] | None]:
+        """*path* of :attr:`files` as the engine sends it: a tar of that one file."""
+        self._engine()
+        if path not in self.files:
+            raise docker.errors.NotFound(f"Could not find the file {path} in container {self.name}")
+        data, name = self.files[path], PurePosixPath(path).name
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+        return iter([archive.getvalue()]), {"name": name, "size": len(data)}
+
+    def kill(self, signal: str) -> None:
+        engine = self._engine()
+        if self.status != "running":
+            raise docker.errors.APIError("409", explanation=f"container {self.name} is not running")
+        engine.log.append(f"kill -s {signal} {self.name}")
 
     def start(self) -> None:
         engine = self._engine()
@@ -195,8 +225,10 @@ class FakeNetwork:
         self._present()
         self.attrs["Containers"] = {key: {"Name": name} for key, name in self.members.items()}
 
-    def connect(self, container: FakeContainer, aliases: list[str] | None = None) -> None:
+    def connect(self, container: str | FakeContainer, aliases: list[str] | None = None) -> None:
         self._present()
+        if isinstance(container, str):  # its name or id, as the engine takes it
+            container = self.engine.containers.find(container)
         if container.id in self.members:
             raise docker.errors.APIError(
                 "403",
@@ -259,6 +291,14 @@ class FakeContainers:
         self.next_logs = b""
         self.next_start_error: str | None = None
         self.next_exits = False
+
+    def find(self, key: str) -> FakeContainer:
+        """The container named *key*, or whose id it is, as the engine finds one (no call
+        recorded: a call that names a container makes the engine do this)."""
+        for container in self.by_name.values():
+            if key in (container.name, container.id):
+                return container
+        raise docker.errors.NotFound(f"No such container: {key}")
 
     def get(self, container_id: str) -> FakeContainer:
         self.engine.calls.append(("containers.get", {"container_id": container_id}))
@@ -424,6 +464,42 @@ class FakeApi:
     def create_endpoint_config(self, **kwargs: Any) -> dict[str, Any]:
         return dict(kwargs)
 
+    def create_host_config(self, **kwargs: Any) -> dict[str, Any]:
+        return dict(kwargs)
+
+    def create_container(
+        self, image: str, command: list[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """A container made, not started (its options recorded, as ``containers.create``'s)."""
+        self.engine.calls.append(
+            ("api.create_container", {"image": image, "command": command, **kwargs})
+        )
+        made = self.engine.add(
+            FakeContainer(
+                inspect_document(
+                    kwargs.get("name") or f"fake-{new_id()[:8]}",
+                    kwargs.get("labels"),
+                    status="created",
+                    image=image,
+                )
+            )
+        )
+        self.engine.log.append(f"create {made.name}")
+        return {"Id": made.id, "Warnings": []}
+
+    def remove_container(self, container: str, force: bool = False) -> None:
+        self.engine.calls.append(("api.remove_container", {"container": container, "force": force}))
+        self.engine.containers.find(container).remove(force=force)
+
+    def exec_create(self, container: str, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
+        raise NotImplementedError(f"the fake engine runs no command ({cmd!r} in {container!r})")
+
+    def exec_start(self, exec_id: str, *, stream: Literal[True]) -> Iterator[bytes]:
+        raise NotImplementedError(f"the fake engine runs no command (exec {exec_id!r})")
+
+    def exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        raise NotImplementedError(f"the fake engine runs no command (exec {exec_id!r})")
+
     def networks(self) -> list[dict[str, Any]]:
         self.engine.calls.append(("api.networks", {}))
         return [dict(network.attrs) for network in self.engine.networks.by_name.values()]
@@ -488,8 +564,9 @@ def _read_context(fileobj: IO[bytes]) -> tuple[dict[str, bytes], dict[str, int]]
 
 
 class FakeEngine:
-    """The SDK surface the CLI library uses: ``containers``, ``networks``, ``images`` and
-    the low-level ``api``; :attr:`client` is it, typed as what the library is given."""
+    """The engine port: ``containers``, ``networks``, ``images``, the low-level ``api``,
+    ``info`` and ``ping``; :attr:`client` is it typed as the SDK's client, for the
+    modules that still take that rather than the port."""
 
     def __init__(self) -> None:
         self.log: list[str] = []
@@ -499,10 +576,18 @@ class FakeEngine:
         self.networks = FakeNetworks(self)
         self.images = FakeImages(self)
         self.api = FakeApi(self)
+        self.info_document: dict[str, Any] = {"ID": "fake-engine", "Architecture": "x86_64"}
 
     @property
     def client(self) -> docker.DockerClient:
         return cast("docker.DockerClient", self)
+
+    def info(self) -> dict[str, Any]:
+        """What ``docker info`` tells of the engine (the keys the CLI reads)."""
+        return dict(self.info_document)
+
+    def ping(self) -> bool:
+        return True
 
     def called(self, method: str) -> list[dict[str, Any]]:
         """The arguments of each call of *method* (``"containers.list"``), in order."""

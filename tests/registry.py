@@ -2,7 +2,11 @@
 Features need it (``/v2/``, manifests by tag or digest, blobs, tags/list), published as
 ``devcontainer features publish`` does (a manifest whose single layer is a plain tar of
 the Feature's folder, ``dev.containers.metadata`` holding its devcontainer-feature.json),
-and optionally the anonymous Bearer token dance."""
+and optionally the anonymous Bearer token dance.
+
+:meth:`FakeRegistry.session` stands it in for the registries a project names: an https
+request of that session is sent to it instead (the transport, below the client under
+test), so a Feature id naming a public registry is served here, never over the network."""
 
 from __future__ import annotations
 
@@ -17,6 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 LAYER_TYPE = "application/vnd.devcontainers.layer.v1+tar"
@@ -115,6 +122,12 @@ class FakeRegistry:
                 self.state.tags.setdefault(repository, {})[tag] = digest
         return digest
 
+    def session(self) -> requests.Session:
+        """A session whose every https request this registry answers (see :class:`_Routed`)."""
+        session = requests.Session()
+        session.mount("https://", _Routed(self.host))
+        return session
+
     def served(self, kind: str = "") -> list[str]:
         """The paths of the GET/HEAD requests served, those containing *kind*."""
         with self.state.lock:
@@ -123,6 +136,33 @@ class FakeRegistry:
     def clear(self) -> None:
         with self.state.lock:
             self.state.requests.clear()
+
+
+class _Routed(HTTPAdapter):
+    """The transport of an https URL sent to the fake registry on *host* over plain http
+    (path and query kept); the response says the URL that was asked, as if it had come
+    from there."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self._host = host
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
+        asked = str(request.url)
+        routed = request.copy()
+        routed.url = urlsplit(asked)._replace(scheme="http", netloc=self._host).geturl()
+        # No proxy: the host's would not reach this machine's loopback.
+        response = super().send(routed, stream, timeout, verify, cert, proxies={})
+        response.url, response.request = asked, request
+        return response
 
 
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:

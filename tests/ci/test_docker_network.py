@@ -1,4 +1,4 @@
-"""The container pipeline works, and Docker's network isolation is what DESIGN.md says.
+"""The container pipeline works, and Docker's network isolation is what docs/architecture.md says.
 
 Real containers on real networks of the session's engine, talking to a TCP listener that
 the test itself runs on the host. Everything is bounded by timeouts (``timeout`` inside

@@ -669,7 +669,7 @@ HIJACKS = {
 def test_host_git_never_runs_what_the_agent_planted(
     cli: CloisterCli, cloisters: Cloisters, tmp_path: Path, vector: str
 ) -> None:
-    """DESIGN.md: hooks and config are read-only because an agent that could change
+    """docs/architecture.md: hooks and config are read-only because an agent that could change
     them "would run code on the host the next time the human uses git". That must hold
     for every way of changing the configuration the host's git reads, not just for
     writing those two files."""

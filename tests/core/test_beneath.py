@@ -271,3 +271,109 @@ def test_a_bounded_read_refuses_what_is_no_small_regular_file(tmp_path: Path) ->
     assert beneath.read_file_bounded(link, 5) == b"12345"
     with pytest.raises(OSError, match="Too many levels"):
         beneath.read_file_bounded(link, 5, follow_links=False)
+
+
+# -- one file, relative to a directory descriptor ------------------------------------------
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    """A directory holding ``small`` (5 bytes), a FIFO, a link to ``small`` and a
+    subdirectory, with a descriptor of it."""
+    (tmp_path / "small").write_bytes(b"12345")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to("small")
+    (tmp_path / "sub").mkdir()
+    fd = beneath.open_dir(tmp_path)
+    try:
+        yield tmp_path, fd
+    finally:
+        os.close(fd)
+
+
+def test_read_at_reads_a_regular_file_up_to_its_bound(directory: tuple[Path, int]) -> None:
+    _, fd = directory
+    data, info = beneath.read_at(fd, "small", 5)
+    assert (data, info.st_size) == (b"12345", 5)
+    data, info = beneath.read_at(fd, "small", 3)  # more than the bound: the size says so
+    assert (data, info.st_size) == (b"123", 5)
+
+
+def test_read_at_never_follows_a_link_nor_blocks_on_a_fifo(directory: tuple[Path, int]) -> None:
+    _, fd = directory
+    with pytest.raises(OSError, match="Too many levels") as caught:
+        beneath.read_at(fd, "link", 5)
+    assert caught.value.errno == errno.ELOOP
+    with pytest.raises(beneath.NotRegularError):  # opened without blocking: no hang
+        beneath.read_at(fd, "fifo", 5)
+    with pytest.raises(beneath.NotRegularError):
+        beneath.read_at(fd, "sub", 5)
+
+
+def test_a_file_swapped_after_lstat_is_not_read(directory: tuple[Path, int]) -> None:
+    root, fd = directory
+    seen = os.lstat("small", dir_fd=fd)
+    (root / "sub" / "kept").hardlink_to(root / "small")  # its inode number is not reused
+    (root / "other").write_bytes(b"the human's")
+    (root / "other").replace(root / "small")
+    with pytest.raises(beneath.ChangedError, match="changed while being read"):
+        beneath.read_at(fd, "small", 100, expect=seen)
+    (root / "small").unlink()
+    os.mkfifo(root / "small")  # a FIFO swapped in: refused as changed, never blocking
+    with pytest.raises(beneath.ChangedError):
+        beneath.read_at(fd, "small", 100, expect=seen)
+
+
+def test_open_dir_refuses_a_link(directory: tuple[Path, int]) -> None:
+    root, fd = directory
+    (root / "to-sub").symlink_to("sub")
+    with pytest.raises(OSError, match=r"Not a directory|Too many levels"):
+        beneath.open_dir("to-sub", dir_fd=fd)
+    with pytest.raises(OSError, match=r"Not a directory|Too many levels"):
+        beneath.open_dir(root / "to-sub")
+    os.close(beneath.open_dir("sub", dir_fd=fd))
+
+
+def test_open_regular_hands_a_checked_descriptor(directory: tuple[Path, int]) -> None:
+    root, fd = directory
+    opened = beneath.open_regular("small", dir_fd=fd, expect=os.lstat(root / "small"))
+    try:
+        assert os.read(opened, 10) == b"12345"
+        assert os.get_inheritable(opened) is False
+    finally:
+        os.close(opened)
+    with pytest.raises(OSError, match="Too many levels"):
+        beneath.open_regular(root / "link")
+    os.close(beneath.open_regular(root / "link", follow_links=True))
+
+
+def test_move_out_moves_a_file_and_never_what_a_link_points_to(
+    directory: tuple[Path, int], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root, fd = directory
+    aside = tmp_path_factory.mktemp("aside")
+    beneath.move_out(fd, "small", aside / "deep" / "small")
+    assert (aside / "deep" / "small").read_bytes() == b"12345"
+    assert not (root / "small").exists()
+    beneath.move_out(fd, "link", aside / "link")  # the link itself, not its target
+    assert (aside / "link").readlink() == Path("small")
+
+
+def test_move_out_copies_across_filesystems(
+    directory: tuple[Path, int],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    root, fd = directory
+    aside = tmp_path_factory.mktemp("aside")
+
+    def other_filesystem(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "rename", other_filesystem)
+    beneath.move_out(fd, "small", aside / "small")
+    assert (aside / "small").read_bytes() == b"12345"
+    assert not (root / "small").exists()
+    with pytest.raises(beneath.NotRegularError):  # a FIFO is never opened blocking
+        beneath.move_out(fd, "fifo", aside / "fifo")
+    assert (root / "fifo").exists()

@@ -138,6 +138,24 @@ def test_names_that_are_no_utf8_survive(repo: Path) -> None:
     assert os.fsencode(name) == b"caf\xff"
 
 
+def test_a_carriage_return_in_a_name_stays_one(repo: Path) -> None:
+    """No newline translation: a name git prints with a CR goes back to git the same."""
+    name = "a\rb"
+    (repo / name).write_bytes(b"x")
+    listed = run_git("ls-files", "-z", "--others", cwd=repo).stdout
+    assert listed == f"{name}\0"
+    run_git("update-index", "--add", "-z", "--stdin", cwd=repo, input=listed)
+    assert name in run_git("ls-files", "-z", cwd=repo).stdout.split("\0")
+
+
+def test_input_bytes_go_as_they_are(tmp_path: Path) -> None:
+    data = b"caf\xff\r\n"
+    expected = run_git("hash-object", "--stdin", cwd=tmp_path, input=data).stdout
+    source = tmp_path / "data"
+    source.write_bytes(data)
+    assert expected == run_git("hash-object", str(source), cwd=tmp_path).stdout
+
+
 def test_git_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(shutil, "which", lambda _name: None)
     with pytest.raises(GitError, match="git is not installed"):

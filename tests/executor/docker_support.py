@@ -2,7 +2,7 @@
 
 Used by ``tests/executor/test_end_to_end.py`` and ``benchmarks/bench_hostexec.py``, so it
 does not depend on pytest: problems raise :class:`StackError`. The stack is the one
-DESIGN.md prescribes for hostexec, reduced to what that path needs:
+docs/architecture.md draws for hostexec, reduced to what that path needs:
 
 * a config dir (``config.yaml`` with hostexec patterns, ``tokens/<cloister>``), a data
   dir, and the cloister's project directory, all on the host;

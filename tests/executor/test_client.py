@@ -18,6 +18,7 @@ import pytest
 from cloister_executor.client import ANSWER_LIMIT, ExecutorClient, ExecutorUnavailableError
 from cloister_executor.protocol import OUTPUT_CAP, ExecRefusal, ExecResult
 from tests.executor.conftest import TIMEOUT, DaemonHarness, as_refusal, as_result
+from tests.waiting import free_port
 
 T = TypeVar("T")
 
@@ -143,12 +144,6 @@ def test_tcp_address_without_a_port_is_a_value_error(tmp_path: Path, address: st
         ExecutorClient(address, tmp_path / "secret")
 
 
-def closed_tcp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("where", ["missing", "stale", "directory", "tcp"])
 def test_unreachable_executor(tmp_path: Path, where: str) -> None:
     secret = write_secret(tmp_path / "secret", "0" * 64)
@@ -158,7 +153,7 @@ def test_unreachable_executor(tmp_path: Path, where: str) -> None:
             old.bind(str(path))  # the file of a dead daemon: nobody listens
     elif where == "directory":
         path.mkdir()
-    address = f"tcp:127.0.0.1:{closed_tcp_port()}" if where == "tcp" else f"unix:{path}"
+    address = f"tcp:127.0.0.1:{free_port()}" if where == "tcp" else f"unix:{path}"
     client = ExecutorClient(address, secret)
     with pytest.raises(ExecutorUnavailableError, match="executor not reachable"):
         run(client.run("f" * 64, ["true"], 5))

@@ -1,7 +1,7 @@
 """hostexec end to end: a cloister asks, a pattern or a human decides, the host runs it.
 
 Real images built from this tree, real networks, the real executor daemon on the host:
-a miniature guardian stack as DESIGN.md prescribes it for hostexec (see
+a miniature guardian stack as docs/architecture.md draws it for hostexec (see
 ``tests/executor/docker_support.py``). The test plays the human through the hub's API
 on 127.0.0.1 and looks at the host directly (files, /proc) to see what really ran.
 

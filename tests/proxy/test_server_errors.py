@@ -18,7 +18,7 @@ from tests.proxy.support import (
     open_tunnel,
     read_response,
 )
-from tests.waiting import wait_until
+from tests.waiting import free_port, wait_until
 
 
 def exchange(harness: ProxyHarness, raw: bytes) -> tuple[int, bytes]:
@@ -98,18 +98,16 @@ def test_slow_head_gets_408_and_is_closed(harness: ProxyHarness) -> None:
 
 
 def test_unreachable_upstream_gets_502(harness: ProxyHarness) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        free_port = probe.getsockname()[1]  # nothing listens there once closed
-    harness.write_config(local_config(free_port))
+    port = free_port()  # nothing listens there
+    harness.write_config(local_config(port))
     token = harness.add_token().secret
     harness.start()
-    status, body = exchange(harness, connect_request(f"127.0.0.1:{free_port}", token))
+    status, body = exchange(harness, connect_request(f"127.0.0.1:{port}", token))
     assert status == 502
-    assert f"cannot reach 127.0.0.1:{free_port}".encode() in body
-    harness.write_config(local_config(free_port).replace("localhost", "no-such-host.invalid"))
+    assert f"cannot reach 127.0.0.1:{port}".encode() in body
+    harness.write_config(local_config(port).replace("localhost", "no-such-host.invalid"))
     harness.reload()
-    request = connect_request(f"no-such-host.invalid:{free_port}", token)
+    request = connect_request(f"no-such-host.invalid:{port}", token)
     # The reload is asynchronous: wait until the new rule is in force.
     wait_until(lambda: exchange(harness, request)[0] != 403, TIMEOUT, "the reloaded config")
     status, body = exchange(harness, request)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from tests.proxy.support import (
     read_response,
     recv_exactly,
 )
-from tests.waiting import wait_until
+from tests.waiting import free_port, wait_until
 
 
 def status_of(harness: ProxyHarness, target: str, token: str | None) -> tuple[int, str | None]:
@@ -150,9 +149,7 @@ def test_sighup_reloads_a_running_proxy_process(
 ) -> None:
     harness = ProxyHarness(tmp_path)
     harness.write_config(local_config(1))  # the echo server's port is not allowed yet
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "CLOISTER_PROXY_RELOAD_INTERVAL": "1h"}
     record = harness.add_token()
     process = subprocess.Popen(

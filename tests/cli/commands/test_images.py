@@ -121,3 +121,22 @@ def test_build_list_prune(project_name: str, tmp_path: Path) -> None:
     assert [item["tag"] for item in tool.json("images", "list", "-p", project_name, "--json")] == [
         newer
     ]
+
+
+def test_a_dry_run_says_a_refused_feature_would_fail_the_build(tmp_path: Path) -> None:
+    """As `cloister images build` would stop on it (and `cloister start`): the dry run
+    does not print a build that cannot happen."""
+    root = tmp_path / "api"
+    (root / ".devcontainer").mkdir(parents=True)
+    features: dict[str, object] = {"https://example.invalid/features/tool.tgz": {}}
+    document = {"image": "debian:bookworm-slim", "features": features}
+    (root / ".devcontainer" / "devcontainer.json").write_text(json.dumps(document))
+    engine = FakeEngine()
+    engine.add_image("debian:bookworm-slim")
+    result = invoke(tmp_path, engine, "build", str(root), "--dry-run")
+    assert result.exit_code == 1
+    message = str(result.exception)
+    assert message.startswith("`cloister images build` would fail: cannot install these Features: ")
+    assert "example.invalid/features/tool.tgz" in message
+    assert result.output == ""  # no steps of a build that would not run
+    assert engine.builds == []

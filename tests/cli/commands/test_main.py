@@ -110,7 +110,7 @@ HEAVY = (
     "jinja2",
     "cloister_core.config",
     "cloister_cli.session.ending",
-    "cloister_cli.start.starting",
+    "cloister_cli.start.apply",
     "cloister_cli.images.projectimages",
 )
 
@@ -175,7 +175,7 @@ ENGINE_ONLY = (
     "requests",
     "httpx",
     "cloister_cli.session.ending",
-    "cloister_cli.start.starting",
+    "cloister_cli.start.apply",
 )
 
 

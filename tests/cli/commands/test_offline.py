@@ -20,11 +20,12 @@ from cloister_cli.context import Context
 from cloister_cli.repo import git, projects
 from cloister_cli.repo.projects import Project
 from cloister_cli.session import sessions
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core.paths import CloisterPaths
 from tests.cli.engine_support import INSTANCE
 from tests.fake_engine import FakeEngine
 from tests.git_support import hermetic_git, make_repo, run_git
+from tests.waiting import free_port
 
 
 def add_cloister(engine: FakeEngine, project: str, path: Path, name: str | None = None) -> None:
@@ -258,7 +259,7 @@ def worktree(paths: CloisterPaths, tmp_path: Path) -> tuple[Path, Path]:
     project = Project("api", repo, git=True)
     projects.register(paths, project)
     directory = paths.worktree("api", "feature-login")
-    starting.make_worktree(repo, directory, BRANCH)
+    make_worktree(repo, directory, BRANCH)
     workspace = Workspace(project, directory, BRANCH)
     sessions.prepare(paths, workspace, CLOISTER, home=tmp_path / "home")
     return repo, directory
@@ -316,7 +317,7 @@ def test_a_worktree_cloister_cannot_tell_about_counts_as_dirty(
     old.parent.mkdir(parents=True)
     run_git(repo, "worktree", "add", "-q", "-b", "old", str(old))
     bare = paths.worktree("api", "bare")
-    starting.make_worktree(repo, bare, "bare")
+    make_worktree(repo, bare, "bare")
     rows = json.loads(run(env, "worktree", "list", "--json").output)
     assert rows == [
         {"project": "api", "branch": None, "path": str(bare), "dirty": True},
@@ -465,9 +466,7 @@ def test_config_path_json(env: dict[str, str]) -> None:
 
 
 def test_approvals_with_the_hub_down(env: dict[str, str], paths: CloisterPaths) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens there
     write(paths.config_file, f"guardian:\n  ui_port: {port}\n")
     write(paths.guardian_dir / "hub.secret", "0" * 64 + "\n")  # as `guardian start` leaves it
     result = run(env, "approvals", "list")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -18,7 +20,7 @@ import docker.errors
 import pytest
 from docker.types import Mount
 
-from cloister_cli.container import cloisters
+from cloister_cli.container import cloisters, networks
 from cloister_cli.container.cloisters import (
     CloisterStartError,
     ContainerPlan,
@@ -29,14 +31,16 @@ from cloister_cli.container.cloisters import (
 from cloister_cli.repo import gitmounts
 from cloister_cli.repo.projects import Project
 from cloister_cli.session import sessions
-from cloister_cli.start import dryrun, starting
+from cloister_cli.start import dryrun
+from cloister_cli.start.worktree import make_worktree
 from cloister_core import stack
 from cloister_core.config.models import DefaultsConfig, GuardianConfig
 from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
-from cloister_core.tokens import TokenRecord
+from cloister_core.tokens import TokenRecord, write_token_file
 from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
@@ -115,7 +119,7 @@ def main_checkout(repo: Path) -> Workspace:
 
 def worktree_of(repo: Path, host: Host, branch: str = "feature") -> Workspace:
     destination = host.paths.worktree("api", branch)
-    starting.make_worktree(repo, destination, branch)
+    make_worktree(repo, destination, branch)
     return Workspace(Project("api", repo, git=True), destination, branch)
 
 
@@ -739,3 +743,46 @@ def test_compose_services_are_reached_directly_and_a_shared_one_on_localhost(
     assert plan.run_kwargs()["extra_hosts"] == {"cache": "127.0.0.1"}
     assert "--add-host" in dryrun.docker_run_argv(plan.run_kwargs())
     assert "extra_hosts" not in plan_for(host, workspace, "other").run_kwargs()
+
+
+# -- stop ------------------------------------------------------------------------------------
+
+
+def test_stop_revokes_the_token_once_the_container_is_gone_and_the_network_goes_on_the_pool(
+    host: Host, repo: Path
+) -> None:
+    engine = FakeEngine()
+    for service, _ in stack.CLOISTER_SERVICES:
+        engine.add_container(INSTANCE.service(service))
+    network: Any = networks.create(engine.client, INSTANCE, "api", GuardianConfig())
+    labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: "api", stack.LABEL_PROJECT: "api"}
+    box = engine.add_container(INSTANCE.cloister("api"), labels)
+    network.members[box.id] = box.name
+    networks.connect_services(engine.client, INSTANCE, network)
+    tokens = write_token_file(
+        host.paths.tokens_dir, record_for(main_checkout(repo), "api").bound_to("10.213.0.30")
+    )
+    engine.log.clear()
+    removing = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(removing.wait, 10)  # the pool is busy: the network waits its turn
+        result = cloisters.stop(engine.client, host.paths, INSTANCE, "api", pool=pool)
+        assert result.stopped
+        assert result.project == "api"
+        assert not tokens.exists()
+        assert engine.log == [f"rm {box.name}"]
+        assert INSTANCE.cloister("api") in engine.networks.by_name
+        removing.set()
+        assert result.network_gone is not None
+        result.network_gone.result()
+    assert INSTANCE.cloister("api") not in engine.networks.by_name
+    assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"
+
+
+def test_stop_without_a_container_or_network_says_so(host: Host) -> None:
+    engine = FakeEngine()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        result = cloisters.stop(engine.client, host.paths, INSTANCE, "api", pool=pool)
+    assert not result.stopped
+    assert result.network_gone is None
+    assert engine.log == []

@@ -204,3 +204,72 @@ def test_the_cloister_address_is_the_last_host_of_its_subnet() -> None:
     assert networks.cloister_address_on(network) == "10.213.0.254"
     with pytest.raises(networks.NetworkError, match="no IPv4 subnet"):
         networks.cloister_address_on(Network(attrs={"Name": "n", "IPAM": {"Config": []}}))
+
+
+# -- made ahead, removed after -------------------------------------------------------------
+
+
+def test_a_network_made_ahead_is_joined_before_the_container_runs() -> None:
+    engine = engine_with_services()
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    network: Any = ahead.network()
+    assert network.attrs["Labels"][stack.LABEL_CLOISTER] == "api"
+    assert networks.is_guarded(network.attrs)
+    assert sorted(network.members.values()) == sorted(
+        INSTANCE.service(service) for service, _ in stack.CLOISTER_SERVICES
+    )
+    assert engine.log[0] == f"network create {INSTANCE.cloister('api')} 10.213.0.0/27"
+    # The start then runs its container there: the services are not joined twice.
+    box = networks.run_with_services(engine.client, INSTANCE, network, lambda: made(engine))
+    assert box.name == INSTANCE.cloister("api")
+    assert len([line for line in engine.log if line.startswith("network connect")]) == len(
+        stack.CLOISTER_SERVICES
+    )
+
+
+def test_services_that_cannot_join_ahead_take_the_network_away() -> None:
+    engine = engine_with_services()
+    del engine.containers.by_name[INSTANCE.service("gateway")]
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    with pytest.raises(networks.NetworkError, match=r"gateway .* is not there"):
+        ahead.network()
+    assert INSTANCE.cloister("api") not in engine.networks.by_name
+
+
+def test_a_network_that_cannot_be_made_ahead_is_raised_by_the_start() -> None:
+    engine = engine_with_services()
+    engine.add_network(INSTANCE.cloister("api"), subnet="10.213.0.0/27", labels={})
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    with pytest.raises(networks.NetworkError, match="is not cloister 'api'"):
+        ahead.network()
+    ahead.discard()  # not made: someone else's stays
+    assert INSTANCE.cloister("api") in engine.networks.by_name
+
+
+def test_a_failed_start_discards_the_network_made_ahead() -> None:
+    engine = engine_with_services()
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    ahead.discard()
+    assert INSTANCE.cloister("api") not in engine.networks.by_name
+    assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"
+
+
+def test_a_network_left_after_its_container_went_is_removed_services_first() -> None:
+    engine = engine_with_services()
+    network: Any = networks.create(engine.client, INSTANCE, "api", GuardianConfig())
+    box = networks.run_with_services(engine.client, INSTANCE, network, lambda: made(engine))
+    network.members[box.id] = box.name
+    box.remove(force=True)
+    engine.log.clear()
+    networks.remove_left(network)
+    assert sorted(engine.log[:-1]) == sorted(
+        f"network disconnect {network.name} {INSTANCE.service(service)}"
+        for service, _ in stack.CLOISTER_SERVICES
+    )
+    assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"
+    networks.remove_left(network)  # gone already: nothing to do
+    assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"

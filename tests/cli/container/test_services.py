@@ -123,7 +123,7 @@ def test_started_services_are_on_the_cloisters_network_under_their_name(tmp_path
     engine.add_network(INSTANCE.cloister("my-api"))
     cloister = engine.add_container(INSTANCE.cloister("my-api"), {stack.LABEL_CLOISTER: "my-api"})
     plans = plans_for(engine, tmp_path, service())
-    (started,) = services.start(engine.client, plans, cloister)  # type: ignore[arg-type]
+    (started,) = services.start(engine.client, plans, cloister)
     assert started.status == "running"
     (run,) = engine.called("containers.run")
     network = INSTANCE.cloister("my-api")
@@ -140,7 +140,7 @@ def test_a_service_that_exits_fails_with_its_last_lines(tmp_path: Path) -> None:
     engine.containers.next_logs = b"FATAL: bad config\n"
     plans = plans_for(engine, tmp_path, service())
     with pytest.raises(services.ServiceError, match=r"'db' exited .*FATAL: bad config"):
-        services.start(engine.client, plans, cloister)  # type: ignore[arg-type]
+        services.start(engine.client, plans, cloister)
 
 
 def test_another_projects_own_image_is_refused(tmp_path: Path) -> None:

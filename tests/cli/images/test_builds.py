@@ -14,15 +14,18 @@ import pytest
 
 from cloister_cli.images.builds import (
     PROXY_IMAGE,
+    SERVICE_STAGE,
     SLIM_AGENT_IMAGE,
     SOURCE_LABEL,
     TAIL_LINES,
     BuildOutput,
     ImageBuildError,
     build_image,
+    dockerfile_text,
     is_current,
     source_fingerprint,
 )
+from cloister_core import stack
 from tests.fake_engine import FakeEngine
 
 REPOSITORY = Path(__file__).resolve().parents[3]
@@ -35,6 +38,7 @@ def tree(tmp_path: Path) -> Path:
     for relative in (
         "uv.lock",
         PROXY_IMAGE.dockerfile,
+        SERVICE_STAGE,
         SLIM_AGENT_IMAGE.dockerfile,
         "services/healthcheck.py",
         "images/hostexec/hostexec",
@@ -75,6 +79,34 @@ def test_an_agent_image_depends_on_its_dockerfile_and_hostexec_only(tree: Path) 
     hostexec = tree / "images" / "hostexec" / "hostexec"
     hostexec.write_text(hostexec.read_text(encoding="utf-8") + "# changed\n", encoding="utf-8")
     assert source_fingerprint(tree, SLIM_AGENT_IMAGE) != first
+
+
+def test_a_service_image_follows_the_stage_it_shares(tree: Path) -> None:
+    first = source_fingerprint(tree, PROXY_IMAGE)
+    stage = tree / SERVICE_STAGE
+    stage.write_text(stage.read_text(encoding="utf-8") + "# changed\n", encoding="utf-8")
+    assert source_fingerprint(tree, PROXY_IMAGE) != first
+
+
+def test_the_contexts_dockerfile_is_the_stage_then_the_images_with_the_stack_ports(
+    tree: Path,
+) -> None:
+    text = dockerfile_text(tree, PROXY_IMAGE)
+    stage = (tree / SERVICE_STAGE).read_text(encoding="utf-8")
+    assert text.startswith(stage)
+    assert f"EXPOSE {stack.PROXY_PORT}\n" in text
+    assert "${PROXY_PORT}" not in text
+    agent = (tree / SLIM_AGENT_IMAGE.dockerfile).read_text(encoding="utf-8")
+    assert dockerfile_text(tree, SLIM_AGENT_IMAGE) == agent  # no stage, no port: as it is
+
+
+def test_a_port_the_stack_lacks_is_refused(tree: Path) -> None:
+    dockerfile = tree / PROXY_IMAGE.dockerfile
+    dockerfile.write_text(
+        dockerfile.read_text(encoding="utf-8") + "EXPOSE ${PROXI_PORT}\n", encoding="utf-8"
+    )
+    with pytest.raises(ImageBuildError, match=r"'\$\{PROXI_PORT\}' is no port of cloister_core"):
+        dockerfile_text(tree, PROXY_IMAGE)
 
 
 @pytest.mark.parametrize(

@@ -738,3 +738,61 @@ def test_the_scan_sends_what_dockers_walk_does_however_deep(project: Path) -> No
         names = [entry.name for entry in scan(context)]
         assert str((bottom / "f").relative_to(context)) in names
         assert len(names) == len(expected) + 2 * DEPTH + 1
+
+
+# -- what a start writes before it builds ------------------------------------------------
+
+
+def _plan_with(
+    engine: FakeEngine,
+    paths: CloisterPaths,
+    root: Path,
+    source: Path,
+    overlay: dict[Path, bytes],
+) -> ImagePlan:
+    return projectimages.plan_project_image(
+        engine.client,
+        paths,
+        project=PROJECT,
+        root=root,
+        devcontainer=load(root),
+        base_image="cloister:latest",
+        source=source,
+        overlay=overlay,
+    )
+
+
+def test_a_file_a_start_writes_into_a_context_is_hashed_as_written(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    lock = project / ".devcontainer" / "devcontainer-lock.json"
+    content = b'{"features": {}}\n'
+    planned = _plan_with(engine, paths, project, source, {lock: content})
+    assert planned.key != plan(engine, paths, project, source).key
+    other = _plan_with(engine, paths, project, source, {lock: b'{"features": {"x": {}}}\n'})
+    assert other.key != planned.key  # the key covers what will be written
+    lock.write_bytes(content)
+    lock.chmod(0o644)
+    assert plan(engine, paths, project, source).key == planned.key
+    built = ensure(engine, paths, project, source)
+    assert built.key == planned.key
+    assert engine.builds[0].files["devcontainer-lock.json"] == content  # sent as hashed
+
+
+def test_a_written_file_replaces_what_is_there_and_counts_only_where_docker_looks(
+    engine: FakeEngine, paths: CloisterPaths, project: Path, source: Path
+) -> None:
+    context = project / ".devcontainer"
+    lock = context / "devcontainer-lock.json"
+    lock.symlink_to(project / "elsewhere")  # the start's rename replaces a link
+    content = b"{}\n"
+    planned = _plan_with(engine, paths, project, source, {lock: content})
+    lock.unlink()
+    lock.write_bytes(content)
+    lock.chmod(0o644)
+    assert plan(engine, paths, project, source).key == planned.key
+    outside = {project / "README.md": b"x", project / ".devcontainer" / "gone" / "f": b"x"}
+    assert _plan_with(engine, paths, project, source, outside).key == planned.key
+    (context / ".dockerignore").write_text("devcontainer-lock.json\n")
+    ignored = plan(engine, paths, project, source).key
+    assert _plan_with(engine, paths, project, source, {lock: b"other\n"}).key == ignored

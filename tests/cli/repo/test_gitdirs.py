@@ -19,7 +19,7 @@ import pytest
 from cloister_cli.repo import git, gitdirs, projects
 from cloister_cli.repo.gitdirs import OwnGitDir
 from cloister_cli.repo.projects import Project
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core.owngit import ORIGIN_ALTERNATES, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
@@ -439,7 +439,7 @@ def test_an_earlier_sessions_branch_the_human_lacks_the_commits_of_is_seeded_in_
     agents = commit(repo, main, {"README": "the agent's\n"})
     run_git(repo, "update-ref", "refs/cloister/api-feature/feature", agents)
     worktree = tmp_path / "data" / "worktrees" / "api" / "feature"
-    starting.make_worktree(repo, worktree, "feature")
+    make_worktree(repo, worktree, "feature")
     own = gitdirs.create(
         paths, "api-feature", HumanRepository.of(repo), worktree=worktree, branch="feature"
     )
@@ -454,7 +454,7 @@ def test_an_earlier_sessions_branch_the_human_lacks_the_commits_of_is_seeded_in_
 
 def worktree_dir(paths: CloisterPaths, repo: Path, branch: str = "feature") -> Path:
     directory = paths.worktree("api", branch)
-    starting.make_worktree(repo, directory, branch)
+    make_worktree(repo, directory, branch)
     return directory
 
 

@@ -17,7 +17,7 @@ from docker.types import Mount
 
 from cloister_cli.repo import gitmounts
 from cloister_cli.repo.gitmounts import GitPlan, UnusualRepositoryError
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_ALTERNATES, ORIGIN_OBJECTS
 from cloister_core.repository import HumanRepository
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
@@ -230,7 +230,7 @@ def test_a_worktree_cloister_gets_the_humans_paths_at_its_own_place(
     (repo / "shared.gitconfig").write_text("", encoding="utf-8")
     run_git(repo, "config", "include.path", "../shared.gitconfig")
     worktree = tmp_path / "data" / "worktrees" / "api" / "feature"
-    starting.make_worktree(repo, worktree, "feature")
+    make_worktree(repo, worktree, "feature")
     git_plan = plan(repo, home, worktree=worktree)
     assert read_only(git_plan.mounts) == {
         "/work/.githooks": str(worktree / ".githooks"),
@@ -424,7 +424,7 @@ def test_own_git_mounts_where_work_git_is_a_file(repo: Path, tmp_path: Path) -> 
     """A worktree cloister (or a project that is a linked worktree): the cloister's git
     directory elsewhere, and a read-only pointer file at /work/.git naming it."""
     worktree = tmp_path / "data" / "worktrees" / "api" / "feature"
-    starting.make_worktree(repo, worktree, "feature")
+    make_worktree(repo, worktree, "feature")
     git_dir = tmp_path / "data" / "gitdirs" / "api-feature"
     pointer = tmp_path / "data" / "gitdirs" / "api-feature.git"
     mounts = gitmounts.own_git_mounts(worktree, git_dir, HumanRepository.of(repo), (), pointer)

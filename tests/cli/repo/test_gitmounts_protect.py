@@ -14,7 +14,7 @@ import pytest
 
 from cloister_cli.repo import gitmounts
 from cloister_cli.repo.gitmounts import GitPlan, ProtectedPathError
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core.config.models import DEFAULT_PROTECTED_PATHS
 from cloister_core.repository import HumanRepository
 from tests.git_support import hermetic_git, make_repo, run_git
@@ -224,7 +224,7 @@ def test_a_project_without_git_is_protected_too(home: Path) -> None:
 
 def test_a_worktree_is_protected_in_its_own_tree(repo: Path, home: Path) -> None:
     worktree = home / "worktrees" / "feature"
-    starting.make_worktree(repo, worktree, "feature")
+    make_worktree(repo, worktree, "feature")
     git_plan = plan(worktree, home, (".envrc",), repository=repo)
     assert mounts(git_plan)["/work/.envrc"] == (str(worktree / ".envrc"), True)
     assert worktree / ".envrc" in git_plan.placeholders

@@ -1,46 +1,27 @@
-"""``starting.start`` without an engine: what it refuses before building anything."""
+"""``ending``'s imports: what ``cloister start`` (which imports it) does not pay for."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import subprocess
+import sys
 
-import docker.errors
-import pytest
-
-from cloister_cli.container.cloisters import CloisterStartError
-from cloister_cli.context import Context
-from cloister_cli.start import starting
-from cloister_core.paths import CloisterPaths
-
-
-class _NoContainers:
-    def get(self, name: str) -> None:
-        raise docker.errors.NotFound(f"no container {name}")
+PROBE = """
+import json, sys
+import cloister_cli.session.ending
+print(json.dumps(sorted(sys.modules)))
+"""
 
 
-class _Engine:
-    """Just enough of a DockerClient for ``cloisters.find``: no cloister exists."""
-
-    containers = _NoContainers()
-
-
-def test_bad_refs_fail_before_any_image_is_built(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    paths = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
-    directory = tmp_path / "my-api"
-    directory.mkdir()
-    project_file = paths.project_config("my-api")
-    project_file.parent.mkdir(parents=True)
-    project_file.write_text(f"root: {directory}\nrefs: [../missing]\n", encoding="utf-8")
-    context = Context(paths=paths, home=tmp_path / "home")
-    context.__dict__["docker"] = _Engine()  # the cached property, filled in
-
-    def building(*args: object, **kwargs: object) -> None:
-        raise AssertionError("built or started something before checking the refs")
-
-    monkeypatch.setattr(starting, "ensure_guardian", building)
-    monkeypatch.setattr(starting, "ensure_agent_image", building)
-    monkeypatch.setattr(starting, "ensure_image", building)
-    with pytest.raises(CloisterStartError, match=r"ref '.*/my-api/\.\./missing' does not exist"):
-        starting.start(context, directory, starting.StartOptions(allow_no_git=True))
+def test_importing_it_loads_neither_the_syncer_nor_the_snapshots() -> None:
+    """The syncer is imported when a stop has commits to bring back (on a thread while
+    the engine removes the container), the snapshots when a git directory is lost: a
+    start does not wait for the first, a stop that brings its commits back for neither."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=60
+    )
+    modules = set(json.loads(result.stdout))
+    assert "cloister_cli.session.ending" in modules
+    assert "cloister_executor.gitsync" not in modules
+    assert "httpx" not in modules
+    assert "cloister_cli.session.snapshots" not in modules

@@ -15,7 +15,7 @@ from cloister_cli.repo import projects
 from cloister_cli.repo.projects import Project
 from cloister_cli.session import gc
 from cloister_cli.session.snapshots import Target, take
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core import beneath, stack
 from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
@@ -203,7 +203,7 @@ def made(repo: Path, tmp_path: Path) -> tuple[Context, FakeEngine, Path]:
     context = context_for(tmp_path, engine)
     projects.register(context.paths, Project("repo", repo, git=True))
     directory = context.paths.worktree("repo", "feature")
-    starting.make_worktree(repo, directory, "feature")
+    make_worktree(repo, directory, "feature")
     return context, engine, directory
 
 

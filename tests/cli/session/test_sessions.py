@@ -13,7 +13,7 @@ from cloister_cli.repo.gitmounts import ProtectedPathError
 from cloister_cli.repo.projects import Project
 from cloister_cli.session import sessions
 from cloister_cli.session.review import ReviewTarget
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core.owngit import GIT_DIR_ELSEWHERE, ORIGIN_OBJECTS, POINTER
 from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import SessionRecord, read_session, write_session
@@ -92,7 +92,7 @@ def test_prepare_makes_the_git_directory_mounts_and_record(
 
 def test_prepare_a_worktree_cloister(paths: CloisterPaths, repo: Path, home: Path) -> None:
     directory = paths.worktree("api", "feature")
-    starting.make_worktree(repo, directory, "feature")
+    make_worktree(repo, directory, "feature")
     workspace = Workspace(Project("api", repo, git=True), directory, "feature")
     prepared = sessions.prepare(paths, workspace, "api-feature", home=home)
     session = prepared.session

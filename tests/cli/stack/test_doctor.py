@@ -19,7 +19,7 @@ from cloister_cli.container import listing
 from cloister_cli.container.cloisters import CloisterStartError
 from cloister_cli.stack import doctor, executor_process
 from cloister_cli.stack.doctor import CHECKS, Check, Report
-from cloister_cli.start import starting
+from cloister_cli.start import apply
 from cloister_core import stack
 from cloister_core.config.models import GlobalConfig
 from cloister_core.paths import CloisterPaths
@@ -412,7 +412,7 @@ def guardian_engine(instance: stack.Instance, host_ip: str = "127.0.0.1") -> Fak
             {**instance.labels, stack.LABEL_GUARDIAN: "true"},
             NetworkSettings={"Ports": ports},
         )
-    engine.info = lambda: {"Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "xfs"]]}  # type: ignore[attr-defined]
+    engine.info_document = {"Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "xfs"]]}
     return engine
 
 
@@ -602,10 +602,10 @@ def test_a_start_on_an_engine_that_fails_stops_the_cloister(
     failed = [Check.of("egress.tcp", False, "1.1.1.1:443: connected")]
     monkeypatch.setattr(doctor, "check_new_engine", lambda *arguments: failed)
     stopped: list[str] = []
-    monkeypatch.setattr(starting, "stop", lambda context, name: stopped.append(name))
+    monkeypatch.setattr(apply, "stop", lambda context, name: stopped.append(name))
     context = SimpleNamespace(docker=None, instance=None, paths=None, config=None)
     with pytest.raises(CloisterStartError) as raised:
-        starting.check_engine(context, CLOISTER, [])  # type: ignore[arg-type]
+        apply.check_engine(context, CLOISTER, [])  # type: ignore[arg-type]
     assert stopped == [CLOISTER]
     message = str(raised.value)
     assert "FAIL egress.tcp" in message
@@ -620,10 +620,10 @@ def test_a_start_check_that_cannot_start_for_this_machine_is_a_warning(
         raise doctor.ProbeUnavailableError("the docker command is not installed")
 
     monkeypatch.setattr(doctor, "check_new_engine", cannot)
-    monkeypatch.setattr(starting, "stop", lambda context, name: pytest.fail("stopped"))
+    monkeypatch.setattr(apply, "stop", lambda context, name: pytest.fail("stopped"))
     warnings: list[str] = []
     context = SimpleNamespace(docker=None, instance=None, paths=None, config=None)
-    starting.check_engine(context, CLOISTER, warnings)  # type: ignore[arg-type]
+    apply.check_engine(context, CLOISTER, warnings)  # type: ignore[arg-type]
     assert warnings == [
         "the start check of this engine could not run: the docker command is not installed"
     ]
@@ -645,9 +645,9 @@ def test_a_start_check_that_breaks_otherwise_stops_the_cloister(
 
     monkeypatch.setattr(doctor, "check_new_engine", breaks)
     stopped: list[str] = []
-    monkeypatch.setattr(starting, "stop", lambda context, name: stopped.append(name))
+    monkeypatch.setattr(apply, "stop", lambda context, name: stopped.append(name))
     context = SimpleNamespace(docker=None, instance=None, paths=None, config=None)
     with pytest.raises(CloisterStartError, match="the start check of this engine failed") as raised:
-        starting.check_engine(context, CLOISTER, [])  # type: ignore[arg-type]
+        apply.check_engine(context, CLOISTER, [])  # type: ignore[arg-type]
     assert stopped == [CLOISTER]
     assert repr(error) in str(raised.value)

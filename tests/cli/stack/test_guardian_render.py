@@ -1,7 +1,7 @@
 """The guardian stack as rendered, the network guard, and the status: no Docker engine.
 
 The compose file is rendered from this checkout's template and parsed; the topology
-of DESIGN.md is asserted on the result. The networks and containers are fakes.
+of docs/architecture.md (Topology) is asserted on the result. The networks and containers are fakes.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from cloister_cli.session import ending, sessions
 from cloister_cli.session.ending import StopOutcome
 from cloister_cli.stack import executor_process
 from cloister_cli.stack import uninstall as library
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core import stack
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
@@ -403,7 +403,7 @@ def worktree(paths: CloisterPaths, tmp_path: Path) -> tuple[Path, Path]:
     project = Project("api", repo, git=True)
     projects.register(paths, project)
     directory = paths.worktree("api", "feature-login")
-    starting.make_worktree(repo, directory, "feature/login")
+    make_worktree(repo, directory, "feature/login")
     workspace = Workspace(project, directory, "feature/login")
     sessions.prepare(paths, workspace, "api-feature-login", home=tmp_path / "home")
     gitdirs.remove(paths, "api-feature-login")  # as its stop leaves it, synced

@@ -17,7 +17,9 @@ from cloister_cli.context import Context
 from cloister_cli.images import projectimages
 from cloister_cli.repo import git, gitmounts
 from cloister_cli.repo.projects import Project
-from cloister_cli.start import dryrun, previewing, starting
+from cloister_cli.start import dryrun
+from cloister_cli.start import plan as planning
+from cloister_cli.start.worktree import make_worktree
 from cloister_core.config.models import DefaultsConfig
 from cloister_core.devcontainer import load_devcontainer
 from cloister_core.errors import CloisterError
@@ -237,21 +239,22 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         '{"image": "debian:bookworm-slim", "runArgs": ["--privileged"],'
         ' "postCreateCommand": "make setup", "containerEnv": {"SHOWN": "a\\u001b[8mb"}}',
     )
-    context = Context(paths=paths, home=home)
-    context.without_writing()
+    context = Context(paths=paths, home=home, writes_config=False)
     context.__dict__["docker"] = _Engine()
     context.__dict__["guardian"] = _Guardian()
     image = projectimages.ImagePlan("api", "cloister-project-api:0123", "0123", False, ("b",), None)
-    monkeypatch.setattr(starting, "plan_image", lambda *args: image)
-    monkeypatch.setattr(starting, "_image_env", lambda *args: None)
+    monkeypatch.setattr(planning, "plan_image", lambda *args: image)
+    monkeypatch.setattr(planning, "image_env", lambda *args: None)
     before = sorted(str(item) for item in repo.rglob("*"))
 
-    preview = previewing.preview(context, repo, starting.StartOptions(project_name="api"))
+    preview = planning.plan_start(
+        context, repo, planning.StartOptions(project_name="api"), dry_run=True
+    )
 
     assert sorted(str(item) for item in repo.rglob("*")) == before  # no pin, no placeholder
     assert not paths.config_dir.exists()
     assert not paths.data_dir.exists()
-    assert preview.plan.image == "cloister-project-api:0123"
+    assert preview.container.image == "cloister-project-api:0123"
     assert preview.devcontainer is not None
     assert preview.devcontainer.path == path
     assert preview.shape_difference.startswith("first start")
@@ -266,10 +269,10 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert document["image"]["steps"] == ["b"]
     assert document["docker_run"][-3:] == ["cloister-project-api:0123", "sleep", "infinity"]
     # The paths a start would write are the ones the plan mounts.
-    sources = {mount["Source"] for mount in preview.plan.mounts}
+    sources = {mount["Source"] for mount in preview.container.mounts}
     assert str(paths.data_dir / "accounts" / "api" / "passwd") in sources
     # The cloister's own git directory, at /work/.git: the human's .git is never mounted.
-    own = {mount["Target"]: mount for mount in preview.plan.mounts}
+    own = {mount["Target"]: mount for mount in preview.container.mounts}
     assert own["/work/.git"]["Source"] == str(paths.cloister_git_dir("api"))
     assert own["/work/.git"]["ReadOnly"] is False
     assert own["/work/.git/config"]["ReadOnly"] is True
@@ -297,13 +300,12 @@ def preview_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Context:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     paths = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
-    context = Context(paths=paths, home=home)
-    context.without_writing()
+    context = Context(paths=paths, home=home, writes_config=False)
     context.__dict__["docker"] = _Engine()
     context.__dict__["guardian"] = _Guardian()
     image = projectimages.ImagePlan("api", "cloister-project-api:0123", "0123", False, ("b",), None)
-    monkeypatch.setattr(starting, "plan_image", lambda *args: image)
-    monkeypatch.setattr(starting, "_image_env", lambda *args: None)
+    monkeypatch.setattr(planning, "plan_image", lambda *args: image)
+    monkeypatch.setattr(planning, "image_env", lambda *args: None)
     return context
 
 
@@ -312,8 +314,8 @@ def test_a_preview_of_a_new_worktree_makes_none(
 ) -> None:
     context = preview_context(tmp_path, monkeypatch)
     repo = make_repo(tmp_path / "home" / "src" / "api")
-    options = starting.StartOptions(project_name="api", branch="feature/x", no_devcontainer=True)
-    preview = previewing.preview(context, repo, options)
+    options = planning.StartOptions(project_name="api", branch="feature/x", no_devcontainer=True)
+    preview = planning.plan_start(context, repo, options, dry_run=True)
     directory = context.paths.worktree("api", "feature-x")
     assert preview.workspace.directory == directory
     assert preview.name == "api-feature-x"
@@ -321,9 +323,9 @@ def test_a_preview_of_a_new_worktree_makes_none(
     assert not context.paths.data_dir.exists()
     assert not context.paths.config_dir.exists()
     assert not git.branch_exists(repo, "feature/x")  # made by a start, not a preview
-    targets = {mount["Target"] for mount in preview.plan.mounts}
+    targets = {mount["Target"] for mount in preview.container.mounts}
     assert "/work/.git" not in targets  # known once the worktree is made
-    assert preview.plan.labels["org.cloister.git-common-dir"] == str(repo / ".git")
+    assert preview.container.labels["org.cloister.git-common-dir"] == str(repo / ".git")
 
 
 def test_a_preview_of_an_existing_worktree_shows_the_pointer(
@@ -332,10 +334,10 @@ def test_a_preview_of_an_existing_worktree_shows_the_pointer(
     context = preview_context(tmp_path, monkeypatch)
     repo = make_repo(tmp_path / "home" / "src" / "api")
     directory = context.paths.worktree("api", "feature")
-    starting.make_worktree(repo, directory, "feature")
-    options = starting.StartOptions(project_name="api", branch="feature", no_devcontainer=True)
-    preview = previewing.preview(context, repo, options)
-    by_target = {mount["Target"]: mount for mount in preview.plan.mounts}
+    make_worktree(repo, directory, "feature")
+    options = planning.StartOptions(project_name="api", branch="feature", no_devcontainer=True)
+    preview = planning.plan_start(context, repo, options, dry_run=True)
+    by_target = {mount["Target"]: mount for mount in preview.container.mounts}
     assert by_target["/work/.git"]["Source"] == str(context.paths.git_pointer("api-feature"))
     assert by_target["/work/.git"]["ReadOnly"] is True
     own = by_target["/opt/cloister/git"]
@@ -351,6 +353,6 @@ def test_a_preview_refuses_a_repository_in_a_forbidden_place(
 ) -> None:
     context = preview_context(tmp_path, monkeypatch)
     dotfiles = make_repo(tmp_path / "home" / ".config" / "nvim")
-    options = starting.StartOptions(project_name="nvim", branch="feature", no_devcontainer=True)
+    options = planning.StartOptions(project_name="nvim", branch="feature", no_devcontainer=True)
     with pytest.raises(CloisterError, match="refusing to mount the repository"):
-        previewing.preview(context, dotfiles, options)
+        planning.plan_start(context, dotfiles, options, dry_run=True)

@@ -15,11 +15,11 @@ from cloister_core.devcontainer import (
     LifecycleCommand,
     MountSpec,
     find_devcontainer,
-    jsonc,
     load_devcontainer,
 )
 from cloister_core.devcontainer.variables import devcontainer_id
 from tests.core.devcontainer.conftest import Workspace
+from tests.jsonc_support import IndexCount
 
 PYTHON = """\
 // For format details, see https://aka.ms/devcontainer.json.
@@ -365,23 +365,15 @@ def test_loading_is_linear(workspace: Workspace, monkeypatch: pytest.MonkeyPatch
     """Every override's line is looked up, never searched for: each value of the file
     is indexed once, whatever the number of overrides (counted, not timed; the figures
     are in benchmarks/bench_devcontainer_load.py)."""
-    calls = 0
-    index_next = jsonc.Positions._next
-
-    def counted(self: jsonc.Positions, members: jsonc._Members) -> None:
-        nonlocal calls
-        calls += 1
-        index_next(self, members)
-
-    monkeypatch.setattr(jsonc.Positions, "_next", counted)
+    count = IndexCount(monkeypatch)
     counts = []
     for size in (500, 1000):
-        calls = 0
+        count.calls = 0
         items = ", ".join(['"--privileged"'] * size)
         loaded = workspace.load(_IMAGE + f'"runArgs": [{items}]}}')
         assert len([item for item in loaded.overrides if item.field.startswith("runArgs")]) == size
         assert loaded.overrides[-1].line == 1
-        counts.append(calls)
+        counts.append(count.calls)
     assert counts[1] - counts[0] == 500  # one more indexing for each item more
 
 

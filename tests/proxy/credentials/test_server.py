@@ -26,7 +26,7 @@ from tests.proxy.support import (
     read_head,
     read_response,
 )
-from tests.waiting import wait_until
+from tests.waiting import free_port, wait_until
 
 SSE_EVENTS = [
     b'event: message_start\ndata: {"type": "message_start"}\n\n',
@@ -290,9 +290,7 @@ def test_the_address_guard_applies_to_the_upstream(
 
 
 def test_an_upstream_that_is_down_is_a_502_that_says_so(gateway: GatewayHarness) -> None:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]
+    port = free_port()  # nothing listens there
     gateway.configure(f"http://127.0.0.1:{port}")
     gateway.store()
     record = gateway.add_token()

@@ -10,35 +10,26 @@ from datetime import timedelta
 from pathlib import Path
 
 from pydantic import Field, FilePath, SecretStr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from cloister_core.config.models import Duration
 from cloister_core.fileio import read_secret
 from cloister_core.hubauth import sessions_dir
-from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.settings import AuditSettings, Port
+from cloister_core.stack import APPROVAL_PORT
 
 # Not localhost: it may resolve to ::1, where another local user can listen on the port
 # while the hub is published on 127.0.0.1 only, and be in an origin the human logged in to.
 OWN_HOST = "127.0.0.1"
 
 
-class ApprovalSettings(BaseSettings):
+class ApprovalSettings(AuditSettings):
     """Settings of ``cloister-approval``."""
 
-    model_config = SettingsConfigDict(env_prefix="CLOISTER_APPROVAL_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="CLOISTER_APPROVAL_")
 
-    config_dir: Path = Field(
-        default_factory=default_config_dir,
-        description="Cloister's config directory: tokens/ and the rules are read below it,"
-        " decisions/ is written (default: $CLOISTER_CONFIG_DIR, else ~/.config/cloister)",
-    )
-    data_dir: Path = Field(
-        default_factory=default_data_dir,
-        description="Cloister's data directory"
-        " (default: $CLOISTER_DATA_DIR, else ~/.local/share/cloister)",
-    )
     host: str = Field(default="127.0.0.1", description="address to listen on")
-    port: int = Field(default=9999, ge=0, le=65535, description="port to listen on")
+    port: Port = Field(default=APPROVAL_PORT, description="port to listen on")
     public_hosts: tuple[str, ...] = Field(
         default=(),
         validate_default=True,
@@ -87,12 +78,6 @@ class ApprovalSettings(BaseSettings):
     recent_decisions: int = Field(
         default=500, ge=1, description="decisions kept for the UI and undo (the newest)"
     )
-    audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
-    cloister_logs: Path | None = Field(
-        default=None,
-        description="also append each cloister's audit lines to <cloister>.log in this directory",
-    )
-    audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
 
     @field_validator("public_hosts")
     @classmethod
@@ -101,10 +86,6 @@ class ApprovalSettings(BaseSettings):
         own = [f"{OWN_HOST}:{info.data['port']}"] if "port" in info.data else []
         hosts = [host.lower() for host in (*value, *own)]
         return tuple(dict.fromkeys(hosts))
-
-    @property
-    def paths(self) -> CloisterPaths:
-        return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
 
     @property
     def allowed_origins(self) -> frozenset[str]:

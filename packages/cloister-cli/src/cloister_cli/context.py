@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cloister_cli.container import listing
+from cloister_cli.container import engine
 from cloister_cli.images.sourcetree import SourceTreeError, source_tree
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
@@ -34,12 +34,18 @@ class Context:
 
     paths: CloisterPaths
     home: Path = field(default_factory=Path.home)
+    # False for what must write nothing (``start --dry-run``): no default config.yaml.
+    writes_config: bool = True
 
     @functools.cached_property
     def config(self) -> GlobalConfig:
         from cloister_core.config import load_global_config  # noqa: PLC0415 - see the docstring
 
-        return load_global_config(self.paths)
+        return load_global_config(self.paths, create=self.writes_config)
+
+    def for_dry_run(self) -> Context:
+        """This context for a command that writes nothing (its config not written)."""
+        return Context(self.paths, self.home, writes_config=False)
 
     @functools.cached_property
     def instance(self) -> stack.Instance:
@@ -48,18 +54,7 @@ class Context:
 
     @functools.cached_property
     def docker(self) -> docker.DockerClient:
-        import docker  # noqa: PLC0415 - see the module docstring
-        import docker.errors  # noqa: PLC0415
-
-        listing.check_engine_socket(listing.docker_host())
-        try:
-            client = docker.from_env()
-            client.ping()
-        except docker.errors.DockerException as error:
-            raise listing.DockerUnavailableError(
-                f"no Docker engine is reachable ({error}); start Docker and try again"
-            ) from None
-        return client
+        return engine.connect()
 
     @functools.cached_property
     def source(self) -> Path | None:
@@ -99,9 +94,3 @@ class Context:
             Engine(os.environ.get("DOCKER_HOST")),
             fast_forward=self.config.git.fast_forward,
         )
-
-    def without_writing(self) -> None:
-        """Read the config without writing the default one (``start --dry-run``)."""
-        from cloister_core.config import load_global_config  # noqa: PLC0415 - see the docstring
-
-        self.__dict__["config"] = load_global_config(self.paths, create=False)

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -118,6 +119,89 @@ def make_directories(root: Path, relative: str, mode: int = 0o700) -> None:
         os.close(fd)
 
 
+# -- one file the agent may have written -------------------------------------------------
+#
+# The one way such a file is opened: its last component never followed (the directories on
+# the way are the caller's to enter, from a descriptor: :func:`parent_of`, :func:`open_dir`),
+# never blocking (a FIFO planted there must not hang the host), closed on exec; then checked,
+# before a byte is read, to be a regular file, and the very file ``lstat`` saw when the
+# caller looked first (a swap in between is never read); and read only as far as a bound.
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CHUNK = 1 << 20
+
+
+class NotRegularError(OSError):
+    """What was opened is no regular file (a FIFO, a directory)."""
+
+
+class TooLargeError(OSError):
+    """The file holds more than :func:`read_file_bounded` was allowed to read."""
+
+
+class ChangedError(OSError):
+    """What was opened is not the file ``lstat`` saw: it was swapped meanwhile."""
+
+
+def open_dir(name: str | Path, *, dir_fd: int | None = None) -> int:
+    """A descriptor of the directory *name* (in *dir_fd* when given), not through a link.
+
+    Raises :class:`OSError` (``ELOOP`` or ``ENOTDIR`` for a link, ``ENOENT``); the caller
+    closes it.
+    """
+    return os.open(name, _DIRECTORY, dir_fd=dir_fd)
+
+
+def open_regular(
+    name: str | Path,
+    *,
+    dir_fd: int | None = None,
+    expect: os.stat_result | None = None,
+    follow_links: bool = False,
+) -> int:
+    """A descriptor of the regular file *name* (in *dir_fd* when given), opened as above.
+
+    *expect* is what ``lstat`` said of *name*: another file there now raises
+    :class:`ChangedError`. Raises :class:`OSError` (``ELOOP`` for a link, unless
+    *follow_links*) and :class:`NotRegularError`. The caller closes the descriptor; it is
+    non-blocking, which a regular file ignores.
+    """
+    flags = _READ & ~os.O_NOFOLLOW if follow_links else _READ
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if expect is not None and (info.st_dev, info.st_ino) != (expect.st_dev, expect.st_ino):
+            raise ChangedError(errno.ESTALE, "changed while being read", os.fspath(name))
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularError(f"{os.fspath(name)} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_prefix(fd: int, limit: int) -> bytes:
+    """At most *limit* bytes from *fd*'s position on."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0 and (chunk := os.read(fd, min(left, _CHUNK))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_at(
+    dir_fd: int | None, name: str | Path, limit: int, *, expect: os.stat_result | None = None
+) -> tuple[bytes, os.stat_result]:
+    """At most *limit* bytes of the regular file *name* in *dir_fd* (:func:`open_regular`),
+    and its ``fstat`` (whose size tells whether there was more)."""
+    fd = open_regular(name, dir_fd=dir_fd, expect=expect)
+    try:
+        return read_prefix(fd, limit), os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
 def read_regular(root: Path, relative: str, limit: int = 64 * 1024) -> str | None:
     """The text of *relative* when it is a regular file (no link followed), else None."""
     data = read_regular_bytes(root, relative, limit)
@@ -128,54 +212,44 @@ def read_regular_bytes(root: Path, relative: str, limit: int) -> bytes | None:
     """At most *limit* bytes of *relative* when it is a regular file (no link followed)."""
     try:
         with parent_of(root, relative) as (fd, name):
-            file = os.open(
-                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
-            )
-            try:
-                if not stat.S_ISREG(os.fstat(file).st_mode):
-                    return None
-                chunks = []
-                remaining = limit
-                while remaining > 0 and (chunk := os.read(file, min(remaining, 1 << 20))):
-                    chunks.append(chunk)
-                    remaining -= len(chunk)
-                return b"".join(chunks)
-            finally:
-                os.close(file)
+            return read_at(fd, name, limit)[0]
     except OSError:
         return None
-
-
-class NotRegularError(OSError):
-    """What :func:`read_file_bounded` opened is no regular file (a FIFO, a directory)."""
-
-
-class TooLargeError(OSError):
-    """The file holds more than :func:`read_file_bounded` was allowed to read."""
 
 
 def read_file_bounded(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
     """The content of *path*, a regular file of at most *limit* bytes: the one read of a
     file the agent may have written, by its path (:func:`read_regular_bytes` reads one
-    beneath a root). Opened without blocking (a planted FIFO must not hang the host);
-    raises :class:`OSError` (ELOOP for a link when not *follow_links*),
+    beneath a root). Raises :class:`OSError` (ELOOP for a link when not *follow_links*),
     :class:`NotRegularError` or :class:`TooLargeError`."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
-    descriptor = os.open(path, flags)
+    descriptor = open_regular(path, follow_links=follow_links)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise NotRegularError(f"{path} is not a regular file")
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0 and (chunk := os.read(descriptor, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_prefix(descriptor, limit + 1)
     finally:
         os.close(descriptor)
-    data = b"".join(chunks)
     if len(data) > limit:
         raise TooLargeError(f"{path} is over {limit} bytes")
     return data
+
+
+def move_out(dir_fd: int, name: str, destination: Path) -> None:
+    """Move *name* (in *dir_fd*) to *destination*, a path of Cloister's own (its directory
+    is made): renamed, or on another filesystem copied (a regular file only, opened as
+    :func:`open_regular` does) and unlinked."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(name, destination, src_dir_fd=dir_fd)
+        return
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+    source = open_regular(name, dir_fd=dir_fd)
+    try:
+        with open(source, "rb", closefd=False) as reader, destination.open("xb") as writer:
+            shutil.copyfileobj(reader, writer, _CHUNK)
+    finally:
+        os.close(source)
+    os.unlink(name, dir_fd=dir_fd)
 
 
 def proc_path(fd: int, name: str) -> Path:

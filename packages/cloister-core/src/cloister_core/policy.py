@@ -1,6 +1,6 @@
 """Load everything that decides for one project: domains and host commands.
 
-The only I/O step between the files of DESIGN.md and the pure :class:`Policy` /
+The only I/O step between the files (docs/architecture.md) and the pure :class:`Policy` /
 :class:`CommandPolicy`: it reads ``config.yaml``, ``projects/<p>.yaml`` and both
 decision files, in that (scope) order, and compiles them. Services call it again
 when one of :meth:`ProjectPolicy.files` changes.

@@ -221,7 +221,7 @@ def build_policy(
     layers: Sequence[tuple[RuleSource, ProxyRules]],
     allowed_ports: Iterable[int] = (80, 443),
 ) -> Policy:
-    """Compile several scopes (in DESIGN.md's order) into one :class:`Policy`."""
+    """Compile several scopes (in the order of :data:`SCOPES`) into one :class:`Policy`."""
     rules: list[DomainRule] = []
     for source, file_rules in layers:
         rules.extend(rules_from(file_rules, source))

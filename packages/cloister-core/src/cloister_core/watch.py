@@ -1,6 +1,6 @@
 """Keeping policies and tokens fresh while a service runs: poll, compare, reload.
 
-Files are the source of truth (DESIGN.md): token files in ``<config>/tokens/`` and the
+Files are the source of truth (docs/architecture.md): token files in ``<config>/tokens/`` and the
 config and decision YAML files. Services poll them (a few dozen ``stat`` calls) by
 comparing signatures, because inotify does not cross into containers on every
 platform (Docker Desktop's file sharing drops it).

@@ -35,14 +35,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from cloister_core.audit import AuditLog
 from cloister_core.config import load_global_config
 from cloister_core.config.models import Duration, GlobalConfig, HostexecConfig
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
-from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.settings import CloisterSettings
 from cloister_core.tokens import TokenRecord
 from cloister_core.watch import TokenDirectory, file_signature
 from cloister_executor.engine import Engine
@@ -64,23 +64,11 @@ from cloister_executor.syncwatch import SyncWatch
 READ_TIMEOUT = 10.0
 
 
-class ExecutorSettings(BaseSettings):
+class ExecutorSettings(CloisterSettings):
     """Settings of ``cloister-executor serve``."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLOISTER_EXECUTOR_",
-        extra="forbid",
-        frozen=True,
-        cli_kebab_case=True,
-        cli_prog_name="cloister-executor serve",
-        cli_implicit_flags=True,
-    )
-
-    config_dir: Path = Field(
-        default_factory=default_config_dir, description="Cloister's config directory"
-    )
-    data_dir: Path = Field(
-        default_factory=default_data_dir, description="Cloister's data directory"
+        env_prefix="CLOISTER_EXECUTOR_", cli_prog_name="cloister-executor serve"
     )
     tcp: str | None = Field(
         default=None,
@@ -104,10 +92,6 @@ class ExecutorSettings(BaseSettings):
         description="start the daemon in its own session, print its pid and return at once"
         " (it is then no child of the caller: nothing has to reap it)",
     )
-
-    @property
-    def paths(self) -> CloisterPaths:
-        return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
 
 
 def ensure_secret(path: Path) -> str:

@@ -4,17 +4,24 @@ Two things: run a throwaway container to its end (the export of a cloister's com
 and run a command in a cloister (to move its branches to the human's commits). The
 engine is reached over its Unix socket (``DOCKER_HOST=unix://...``, the default); other
 transports are reported as unsupported rather than guessed at.
+
+Its API is asked with the standard library's :mod:`http.client`, one connection a
+request: ``cloister stop`` syncs through this module, and an HTTP client package (httpx
+loads its command-line tool's rich and pygments too) would cost it about 0.25 s of
+imports for a handful of calls.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import secrets
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
+from urllib.parse import quote, urlencode
 
 from cloister_core.errors import CloisterError
 
@@ -93,6 +100,47 @@ def _demultiplex(data: bytes) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def _in_path(value: str) -> str:
+    """*value* (an image or container name) as one part of a request's path."""
+    return quote(value, safe="/:@")
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket; *timeout* bounds the connect and each read and write."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("docker", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: int
+    content: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+
+# What a request that did not get its answer raises: the socket's errors (a timeout
+# among them: TimeoutError is an OSError) and the HTTP parser's (a malformed or cut answer).
+_UNREACHED = (OSError, http.client.HTTPException)
+
+
 class Engine:
     """A minimal Docker engine client over its Unix socket."""
 
@@ -103,64 +151,86 @@ class Engine:
     def socket(self) -> str | None:
         return self._host.removeprefix("unix://") if self._host.startswith("unix://") else None
 
-    def _client(self, timeout: float) -> httpx.Client:
+    def _socket_path(self) -> str:
         if self.socket is None:
             raise EngineError(
                 f"DOCKER_HOST={self._host!r} is not a Unix socket; Cloister reaches the"
                 " engine through one"
             )
-        return httpx.Client(
-            transport=httpx.HTTPTransport(uds=self.socket),
-            base_url="http://docker",
-            timeout=timeout,
-        )
+        return self.socket
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: Mapping[str, Any] | None = None,
+        timeout: float = REQUEST_TIMEOUT,
+    ) -> _Response:
+        """``METHOD path`` on a connection of its own, its whole answer read; raises what
+        :data:`_UNREACHED` names when it is not answered."""
+        target = f"{path}?{urlencode(query)}" if query else path
+        headers = {"Accept": "application/json"}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        connection = _UnixConnection(self._socket_path(), timeout)
+        try:
+            connection.request(method, target, body=payload, headers=headers)
+            response = connection.getresponse()
+            return _Response(response.status, response.read())
+        finally:
+            connection.close()
 
     @staticmethod
-    def _check(response: httpx.Response, what: str) -> httpx.Response:
-        if response.status_code >= 400:
+    def _check(response: _Response, what: str) -> _Response:
+        if response.status >= 400:
             try:
                 message = str(response.json().get("message", response.text))
-            except ValueError:
+            except (ValueError, AttributeError):
                 message = response.text
-            raise EngineError(f"{what}: {response.status_code} {message.strip()}")
+            raise EngineError(f"{what}: {response.status} {message.strip()}")
         return response
 
     def image_exists(self, image: str) -> bool:
-        with self._client(REQUEST_TIMEOUT) as client:
-            try:
-                return client.get(f"/images/{image}/json").status_code == 200
-            except httpx.HTTPError as error:
-                raise EngineError(f"cannot reach the Docker engine: {error}") from None
+        try:
+            return self._request("GET", f"/images/{_in_path(image)}/json").status == 200
+        except _UNREACHED as error:
+            raise EngineError(f"cannot reach the Docker engine: {error}") from None
 
     def run(self, spec: ContainerSpec, *, timeout: float) -> Finished:
         """Create, start and wait for a container; it is removed whatever happens."""
         name = f"{spec.name_prefix}-{secrets.token_hex(4)}"
-        with self._client(REQUEST_TIMEOUT) as client:
+        self._socket_path()
+        try:
+            created = self._check(
+                self._request("POST", "/containers/create", query={"name": name}, body=spec.body()),
+                f"cannot create {name}",
+            ).json()
+            identifier = _in_path(str(created["Id"]))
             try:
-                created = self._check(
-                    client.post("/containers/create", params={"name": name}, json=spec.body()),
-                    f"cannot create {name}",
+                self._check(
+                    self._request("POST", f"/containers/{identifier}/start"),
+                    f"cannot start {name}",
+                )
+                waited = self._check(
+                    self._request("POST", f"/containers/{identifier}/wait", timeout=timeout),
+                    f"{name} did not finish",
                 ).json()
-                identifier = str(created["Id"])
-                try:
-                    self._check(
-                        client.post(f"/containers/{identifier}/start"), f"cannot start {name}"
-                    )
-                    waited = self._check(
-                        client.post(f"/containers/{identifier}/wait", timeout=timeout),
-                        f"{name} did not finish",
-                    ).json()
-                    logs = client.get(
-                        f"/containers/{identifier}/logs",
-                        params={"stdout": 1, "stderr": 1, "tail": LOG_TAIL},
-                    )
-                    return Finished(int(waited.get("StatusCode", -1)), _demultiplex(logs.content))
-                finally:
-                    client.delete(f"/containers/{identifier}", params={"force": 1})
-            except httpx.TimeoutException:
-                raise EngineError(f"{name} took over {timeout:g}s and was removed") from None
-            except httpx.HTTPError as error:
-                raise EngineError(f"cannot reach the Docker engine: {error}") from None
+                logs = self._request(
+                    "GET",
+                    f"/containers/{identifier}/logs",
+                    query={"stdout": 1, "stderr": 1, "tail": LOG_TAIL},
+                )
+                return Finished(int(waited.get("StatusCode", -1)), _demultiplex(logs.content))
+            finally:
+                self._request("DELETE", f"/containers/{identifier}", query={"force": 1})
+        except TimeoutError:
+            raise EngineError(f"{name} took over {timeout:g}s and was removed") from None
+        except _UNREACHED as error:
+            raise EngineError(f"cannot reach the Docker engine: {error}") from None
 
     def exec(
         self, container: str, argv: Sequence[str], *, timeout: float, workdir: str = "/work"
@@ -168,34 +238,38 @@ class Engine:
         """Run *argv* in the running *container* as its user; the exit code, or None
         when it is still running after *timeout* (it is left running: the container is
         the agent's, and what runs there can only change the agent's own state)."""
-        with self._client(REQUEST_TIMEOUT) as client:
-            try:
-                created = self._check(
-                    client.post(
-                        f"/containers/{container}/exec",
-                        json={
-                            "Cmd": list(argv),
-                            "AttachStdout": False,
-                            "AttachStderr": False,
-                            "WorkingDir": workdir,
-                        },
-                    ),
-                    f"cannot run a command in {container}",
+        self._socket_path()
+        try:
+            created = self._check(
+                self._request(
+                    "POST",
+                    f"/containers/{_in_path(container)}/exec",
+                    body={
+                        "Cmd": list(argv),
+                        "AttachStdout": False,
+                        "AttachStderr": False,
+                        "WorkingDir": workdir,
+                    },
+                ),
+                f"cannot run a command in {container}",
+            ).json()
+            identifier = _in_path(str(created["Id"]))
+            self._check(
+                self._request(
+                    "POST", f"/exec/{identifier}/start", body={"Detach": True, "Tty": False}
+                ),
+                f"cannot run a command in {container}",
+            )
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                state = self._check(
+                    self._request("GET", f"/exec/{identifier}/json"),
+                    f"lost a command in {container}",
                 ).json()
-                identifier = str(created["Id"])
-                self._check(
-                    client.post(f"/exec/{identifier}/start", json={"Detach": True, "Tty": False}),
-                    f"cannot run a command in {container}",
-                )
-                deadline = time.monotonic() + timeout
-                while time.monotonic() < deadline:
-                    state = self._check(
-                        client.get(f"/exec/{identifier}/json"), f"lost a command in {container}"
-                    ).json()
-                    if not state.get("Running"):
-                        code = state.get("ExitCode")
-                        return int(code) if code is not None else None
-                    time.sleep(EXEC_POLL_SECONDS)
-            except httpx.HTTPError as error:
-                raise EngineError(f"cannot reach the Docker engine: {error}") from None
+                if not state.get("Running"):
+                    code = state.get("ExitCode")
+                    return int(code) if code is not None else None
+                time.sleep(EXEC_POLL_SECONDS)
+        except _UNREACHED as error:
+            raise EngineError(f"cannot reach the Docker engine: {error}") from None
         return None

@@ -35,8 +35,8 @@ from typing import Any, Literal, TypeVar
 
 import httpx
 import uvicorn
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import SettingsConfigDict
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -47,7 +47,6 @@ from cloister_core.audit import AuditLog
 from cloister_core.commands import CommandVerdict
 from cloister_core.config.models import Duration
 from cloister_core.errors import InvalidCommandError
-from cloister_core.fileio import read_secret
 from cloister_core.gitargv import UnsafeGitCommandError, check_git_argv, is_git_program
 from cloister_core.hub import (
     SERVICE_AUTH_SCHEME,
@@ -55,7 +54,7 @@ from cloister_core.hub import (
     CommandDecision,
     CommandRequest,
 )
-from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.settings import AuditSettings, HubClientSettings, Port
 from cloister_core.stack import HOSTEXEC_PORT
 from cloister_core.tokens import TokenRecord
 from cloister_core.watch import PolicyBook, SessionBook, TokenDirectory
@@ -71,45 +70,20 @@ Gone = Callable[[], Coroutine[Any, Any, None]]
 CLIENT_GONE = "client-gone"  # the audit status of a command whose client went away
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(AuditSettings, HubClientSettings):
     """Settings of ``cloister-executor gateway``."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLOISTER_GATEWAY_",
-        extra="forbid",
-        frozen=True,
-        cli_kebab_case=True,
-        cli_prog_name="cloister-executor gateway",
-        cli_implicit_flags=True,
+        env_prefix="CLOISTER_GATEWAY_", cli_prog_name="cloister-executor gateway"
     )
 
-    config_dir: Path = Field(
-        default_factory=default_config_dir, description="Cloister's config directory"
-    )
-    host_config_dir: Path | None = Field(
-        default=None,
-        description="the config directory as the human sees it (on the host, when this runs"
-        " in a container that mounts it elsewhere), named in refusals (default: config_dir)",
-    )
-    data_dir: Path = Field(
-        default_factory=default_data_dir, description="Cloister's data directory"
-    )
     host: str = Field(default="0.0.0.0", description="address to listen on")  # noqa: S104
-    port: int = Field(default=HOSTEXEC_PORT, ge=0, le=65535, description="port to listen on")
+    port: Port = Field(default=HOSTEXEC_PORT, description="port to listen on")
     executor: str = Field(
         default="unix:/run/cloister/executor.sock", description="unix:PATH or tcp:HOST:PORT"
     )
     executor_secret_file: Path = Field(
         default=Path("/run/cloister/executor.secret"), description="the executor's secret"
-    )
-    approval_url: str | None = Field(
-        default=None, description="the approval hub (manual approvals)"
-    )
-    approval_credential: SecretStr | None = Field(
-        default=None, description="the hub's service credential"
-    )
-    approval_credential_file: Path | None = Field(
-        default=None, description="file with the credential"
     )
     approval_timeout: Duration = Field(
         default=timedelta(minutes=5), description="how long a manual command waits for a human"
@@ -118,20 +92,6 @@ class GatewaySettings(BaseSettings):
     max_requests_per_address: int = Field(
         default=16, ge=1, description="requests in flight at once from one address (429 beyond)"
     )
-    audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
-    cloister_logs: Path | None = Field(
-        default=None,
-        description="also append each cloister's audit lines to <cloister>.log in this directory",
-    )
-    audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
-
-    @property
-    def paths(self) -> CloisterPaths:
-        return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)
-
-    def credential(self) -> str | None:
-        """The service credential, from the value or the file."""
-        return read_secret(self.approval_credential, self.approval_credential_file)
 
 
 class HostexecIn(BaseModel):

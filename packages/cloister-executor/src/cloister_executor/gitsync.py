@@ -64,7 +64,6 @@ from cloister_executor.engine import Bind, ContainerSpec, Engine, EngineError
 EXPORT_TIMEOUT = 300.0
 EXEC_TIMEOUT = 30.0
 MAX_LIST_BYTES = 8 * 1024 * 1024
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 GITLINK = "160000"
 
 
@@ -349,10 +348,11 @@ class Syncer:
         quarantine = objects / f"cloister-incoming-{secrets.token_hex(6)}"
         (quarantine / "pack").mkdir(parents=True, mode=0o700)
         try:
-            fd = os.open(pack, _READ)
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise ExportError("the export's pack is not a regular file")
+                fd = beneath.open_regular(pack)
+            except beneath.NotRegularError:
+                raise ExportError("the export's pack is not a regular file") from None
+            try:
                 os.set_blocking(fd, True)
                 output = run_git(
                     f"--git-dir={human.common}",

@@ -1,20 +1,16 @@
-"""What the proxy's and the credential gateway's settings share.
-
-Both are built once in their ``main()`` from command-line options, else environment
-variables under their own prefix, else defaults; both listen, dial upstreams behind the
-same address guard and write the same audit lines.
+"""What the proxy's and the credential gateway's settings share besides
+:class:`cloister_core.settings.AuditSettings`: both listen on ``HOST:PORT`` and dial
+upstreams behind the same address guard.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 from pydantic import Field, IPvAnyNetwork, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cloister_core.config.models import Duration
-from cloister_core.paths import CloisterPaths, default_config_dir, default_data_dir
+from cloister_core.settings import AuditSettings
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -26,26 +22,9 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)  # noqa: S104 - an empty host means all interfaces
 
 
-class ServiceSettings(BaseSettings):
+class ServiceSettings(AuditSettings):
     """The fields both services have; each sets its prefix, name and port."""
 
-    model_config = SettingsConfigDict(
-        extra="forbid",
-        frozen=True,
-        cli_kebab_case=True,
-        cli_implicit_flags=True,
-    )
-
-    config_dir: Path = Field(
-        default_factory=default_config_dir,
-        description="Cloister's config directory: config.yaml, projects/, decisions/,"
-        " tokens/ (default: $CLOISTER_CONFIG_DIR or ~/.config/cloister)",
-    )
-    data_dir: Path = Field(
-        default_factory=default_data_dir,
-        description="Cloister's data directory"
-        " (default: $CLOISTER_DATA_DIR or ~/.local/share/cloister)",
-    )
     listen: str = Field(description="HOST:PORT to listen on")
     header_timeout: Duration = Field(
         default=timedelta(seconds=10), description="time allowed for a request head"
@@ -72,12 +51,6 @@ class ServiceSettings(BaseSettings):
         " loopback (read at each dial); off only where upstreams run beside the service"
         " (tests, benchmarks)",
     )
-    audit_log: Path | None = Field(default=None, description="append audit JSON lines to this file")
-    cloister_logs: Path | None = Field(
-        default=None,
-        description="also append each cloister's audit lines to <cloister>.log in this directory",
-    )
-    audit_stdout: bool = Field(default=False, description="also write audit lines to stdout")
 
     @field_validator("listen")
     @classmethod
@@ -88,7 +61,3 @@ class ServiceSettings(BaseSettings):
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_listen(self.listen)
-
-    @property
-    def paths(self) -> CloisterPaths:
-        return CloisterPaths(config_dir=self.config_dir, data_dir=self.data_dir)

@@ -16,7 +16,7 @@ from tests.cli.images.features.conftest import make_feature
 from tests.registry import FakeRegistry
 
 if TYPE_CHECKING:
-    from cloister_cli.start.previewing import Preview
+    from cloister_cli.start.plan import StartPlan
 
 
 def test_the_dry_run_lists_the_features_in_install_order(
@@ -57,7 +57,7 @@ def test_the_dry_run_lists_the_features_in_install_order(
         environ={},
     )
     plan = plan_features(context, devcontainer, dry_run=True)
-    preview = cast("Preview", SimpleNamespace(features=plan, secret="tok"))
+    preview = cast("StartPlan", SimpleNamespace(features=plan, secret="tok"))
     lines = [line.strip() for line in dryrun._features_lines(preview)]
     shown = "\n".join(lines)
     assert lines[0].startswith("features   in install order")
@@ -72,7 +72,7 @@ def test_the_dry_run_lists_the_features_in_install_order(
     assert lines[-1] == "`cloister start` would write the lock file (the new pins above)"
     assert "(but Features fetched into Cloister's cache)" in dryrun.header(preview)
     again = plan_features(context, devcontainer, dry_run=True)
-    cached = cast("Preview", SimpleNamespace(features=again, secret="tok"))
+    cached = cast("StartPlan", SimpleNamespace(features=again, secret="tok"))
     assert dryrun.header(cached).endswith("nothing was built, written or started")
     assert not path.with_name("devcontainer-lock.json").exists()
 

@@ -35,4 +35,4 @@ def get(name: str) -> Agent:
     raise CloisterError(f"no such agent {name!r} ({hint})")
 
 
-__all__ = ["AGENTS", "Agent", "AgentSetupError", "HomeFile", "get", "rules_text"]
+__all__ = ["AGENTS", "Agent", "AgentSetupError", "HomeFile", "agentstate", "get", "rules_text"]

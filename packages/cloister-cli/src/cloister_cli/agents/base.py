@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from cloister_cli.session.review import jsonc
+from cloister_core import jsonc
 from cloister_core.credentials import GATEWAY_METHODS, Method
 from cloister_core.errors import CloisterError
 
@@ -221,7 +221,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
         if not path.is_file():
             return None
         data = jsonc.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -33,9 +33,8 @@ from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
-    from cloister_cli.session.ending import LostGitDir, StopOutcome
-    from cloister_cli.start.starting import StartOptions as LifecycleOptions
-    from cloister_cli.start.starting import StartOutcome
+    from cloister_cli.session import ending
+    from cloister_cli.start import apply, plan
     from cloister_core.devcontainer import Devcontainer
 
 
@@ -113,18 +112,17 @@ def start(
       cloister start -d --json | jq -r '.stand_ins[]'
       cloister start -d --yes --devcontainer .devcontainer/ci
     """
-    from cloister_cli.agents import agentstate  # noqa: PLC0415 - see the module docstring
-    from cloister_cli.start import starting  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.start import apply, plan  # noqa: PLC0415 - see the module docstring
 
     if as_json and not (dry_run or detach):
         raise click.UsageError("--json goes with --dry-run or -d")
     if no_devcontainer and devcontainer_path is not None:
         raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
     if dry_run:
-        context.without_writing()
+        context = context.for_dry_run()
     agent = agent or context.config.defaults.agent
     interactive = sys.stdin.isatty() and sys.stderr.isatty()
-    options = starting.StartOptions(
+    options = plan.StartOptions(
         project_name=project_name,
         branch=branch,
         image=image,
@@ -139,8 +137,9 @@ def start(
     if dry_run:
         _dry_run(context, options, as_json=as_json)
         return
+    planned = plan.plan_start(context, Path.cwd(), options)
     with build_progress() as progress:
-        outcome = starting.start(context, Path.cwd(), options, progress=progress)
+        outcome = apply.apply(context, planned, progress=progress)
     for message in outcome.warnings:
         warn(message)
     _show_protections(outcome)
@@ -162,6 +161,8 @@ def start(
         return
     if outcome.created:
         _lifecycle(context, outcome, "attach")
+    from cloister_cli.agents import agentstate  # noqa: PLC0415 - only to attach
+
     command = (
         agentstate.attach_argv(agent, context.config) if agent else [context.config.defaults.shell]
     )
@@ -173,7 +174,7 @@ def start(
     raise SystemExit(result.returncode)
 
 
-def _start_json(outcome: StartOutcome) -> dict[str, Any]:
+def _start_json(outcome: apply.StartOutcome) -> dict[str, Any]:
     where = outcome.workspace.directory
     return {
         "name": outcome.name,
@@ -188,7 +189,7 @@ def _start_json(outcome: StartOutcome) -> dict[str, Any]:
     }
 
 
-def _show_protections(outcome: StartOutcome) -> None:
+def _show_protections(outcome: apply.StartOutcome) -> None:
     """What is read-only in the work tree: git's code-running paths, the protected ones."""
     where = outcome.workspace.directory
     git_paths = [item for item in outcome.protections if item.kind == "git"]
@@ -226,17 +227,18 @@ def _show_overrides(devcontainer: Devcontainer) -> None:
         warn(item.render(devcontainer.path))
 
 
-def _dry_run(context: Context, options: LifecycleOptions, *, as_json: bool) -> None:
-    from cloister_cli.start import dryrun, previewing  # noqa: PLC0415 - see the module docstring
+def _dry_run(context: Context, options: plan.StartOptions, *, as_json: bool) -> None:
+    from cloister_cli.start import dryrun  # noqa: PLC0415 - see the module docstring
+    from cloister_cli.start import plan as planning  # noqa: PLC0415
 
-    preview = previewing.preview(context, Path.cwd(), options)
+    planned = planning.plan_start(context, Path.cwd(), options, dry_run=True)
     if as_json:
-        print_json(dryrun.to_json(preview))
+        print_json(dryrun.to_json(planned))
     else:
-        click.echo(dryrun.render(preview), nl=False)
+        click.echo(dryrun.render(planned), nl=False)
 
 
-def _lifecycle(context: Context, outcome: StartOutcome, when: str) -> None:
+def _lifecycle(context: Context, outcome: apply.StartOutcome, when: str) -> None:
     """Run the devcontainer's lifecycle commands of *when* inside the cloister; a failure
     is a warning (the cloister stays up)."""
     from cloister_cli.start import devlifecycle  # noqa: PLC0415 - see the module docstring
@@ -363,7 +365,7 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
                 note(f"`cloister review {each}` shows them again")
 
 
-def lost_git_message(name: str, lost: LostGitDir) -> str:
+def lost_git_message(name: str, lost: ending.LostGitDir) -> str:
     """What happened to a git directory a stopped cloister's commits cannot come back
     from, and the exact command that brings the project back."""
     where = printable(str(lost.path))
@@ -397,7 +399,7 @@ def lost_git_message(name: str, lost: LostGitDir) -> str:
     )
 
 
-def review_failed_message(name: str, outcome: StopOutcome) -> str:
+def review_failed_message(name: str, outcome: ending.StopOutcome) -> str:
     """``stop`` could not review what *name* left: with a git directory gone, the review
     has nothing to add to `cloister restore`."""
     error = outcome.review_error or ""

@@ -74,14 +74,14 @@ def _ref_errors(obj: CliContext, report: CheckReport) -> list[ConfigError]:
     if report.project_config is None or project_file is None or not report.project_config.refs:
         return []
     # cloisters imports the docker SDK: only a project with refs needs it.
-    from cloister_cli.container.cloisters import Forbidden  # noqa: PLC0415
-    from cloister_cli.repo.refs import ref_problems  # noqa: PLC0415
+    from cloister_cli.container import cloisters  # noqa: PLC0415
+    from cloister_cli.repo import refs  # noqa: PLC0415
 
     root = report.project_config.root
-    problems = ref_problems(
+    problems = refs.ref_problems(
         Path(root).expanduser() if root else None,
         report.project_config.refs,
-        Forbidden.for_host(obj.paths, obj.home),
+        cloisters.Forbidden.for_host(obj.paths, obj.home),
     )
     if not problems:
         return []

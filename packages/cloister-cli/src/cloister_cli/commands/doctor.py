@@ -16,7 +16,7 @@ from cloister_cli.commands.output import console, note, print_json
 from cloister_core.paths import CloisterPaths
 
 if TYPE_CHECKING:
-    from cloister_cli.stack.doctor import Report
+    from cloister_cli.stack import doctor as library
 
 
 @click.command("doctor")
@@ -57,7 +57,7 @@ def doctor(name: str | None, as_json: bool) -> None:
         raise SystemExit(1)
 
 
-def print_report(report: Report) -> None:
+def print_report(report: library.Report) -> None:
     """The pass/fail table, then what each failure means and how to fix it."""
     from rich.table import Table  # noqa: PLC0415 - rich only when a table is drawn
     from rich.text import Text  # noqa: PLC0415

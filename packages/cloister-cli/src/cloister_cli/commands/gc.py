@@ -12,10 +12,10 @@ from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
-    from cloister_cli.session.gc import Collected, Orphan, Survey
+    from cloister_cli.session import gc as garbage
 
 
-def _survey_json(found: Survey) -> dict[str, Any]:
+def _survey_json(found: garbage.Survey) -> dict[str, Any]:
     return {
         "dead_cloisters": found.dead,
         "expired_snapshots": {
@@ -37,7 +37,7 @@ def _survey_json(found: Survey) -> dict[str, Any]:
     }
 
 
-def _print_survey(found: Survey) -> None:
+def _print_survey(found: garbage.Survey) -> None:
     for name in found.dead:
         click.echo(f"cloister {name}: no container, but what its stop removes is still there")
     for project, records in found.expired.items():
@@ -61,7 +61,7 @@ def _print_survey(found: Survey) -> None:
         click.echo(f"stand-ins cloister {name} left: {printable(listed)}")
 
 
-def _print_collected(done: Collected) -> None:
+def _print_collected(done: garbage.Collected) -> None:
     from cloister_cli.commands.review import print_report  # noqa: PLC0415
 
     for name, outcome in done.stopped.items():
@@ -140,7 +140,7 @@ def gc(context: Context, dry_run: bool, yes: bool, as_json: bool) -> None:
         return
     interactive = sys.stdin.isatty() and not as_json
 
-    def ask(orphan: Orphan) -> bool:
+    def ask(orphan: garbage.Orphan) -> bool:
         if yes:
             return True
         if not interactive:

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from cloister_cli.commands.output import build_progress, console, note, print_json, warn
 from cloister_cli.context import Context
-from cloister_cli.stack.guardian import legacy_hint
-from cloister_cli.stack.hub_client import hub_secret_path, login_page_path
+from cloister_cli.stack import guardian as stack_guardian
+from cloister_cli.stack import hub_client
 from cloister_core.hubauth import REVOKED_BEFORE, revoke_sessions, sessions_dir
 
 
@@ -42,14 +42,14 @@ def guardian_start(context: Context, build: bool) -> None:
     if legacy:
         warn(
             f"a guardian of an older Cloister runs on this engine ({', '.join(legacy)});"
-            f" Cloister leaves it alone: {legacy_hint()}"
+            f" Cloister leaves it alone: {stack_guardian.legacy_hint()}"
         )
     with build_progress() as progress:
         from cloister_cli.start import ensure  # noqa: PLC0415 - only `guardian start` needs it
 
         started = ensure.ensure_guardian(context, progress, rebuild=build)
     if started:  # a new hub refuses its ticket: it was minted before the hub started
-        login_page_path(context.paths).unlink(missing_ok=True)
+        hub_client.login_page_path(context.paths).unlink(missing_ok=True)
     status = context.guardian.status()
     verb = "started" if started else "already running"
     console().print(
@@ -68,7 +68,7 @@ def guardian_stop(context: Context) -> None:
       cloister guardian stop
     """
     context.guardian.stop()
-    login_page_path(context.paths).unlink(missing_ok=True)
+    hub_client.login_page_path(context.paths).unlink(missing_ok=True)
     click.echo("guardian stopped")
 
 
@@ -150,9 +150,9 @@ def guardian_logout(context: Context, as_json: bool) -> None:
       cloister guardian logout
       cloister guardian logout --json | jq .revoked_before
     """
-    directory = sessions_dir(hub_secret_path(context.paths))
+    directory = sessions_dir(hub_client.hub_secret_path(context.paths))
     cutoff = revoke_sessions(directory, now=time.time())
-    login_page_path(context.paths).unlink(missing_ok=True)
+    hub_client.login_page_path(context.paths).unlink(missing_ok=True)
     # The cut-off is the next second: a link made before it begins would be refused.
     time.sleep(max(0.0, cutoff - time.time()))
     when = datetime.fromtimestamp(cutoff, UTC)

@@ -25,7 +25,6 @@ from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
-    from cloister_core.devcontainer import Devcontainer
 
 
 @click.group()
@@ -100,84 +99,41 @@ def build(
       cloister images build --yes   # accept changed Dockerfiles without asking
     """
     from cloister_cli.images import projectimages, shape  # noqa: PLC0415
-    from cloister_cli.images.features import resolve  # noqa: PLC0415
     from cloister_cli.repo import projects  # noqa: PLC0415
-    from cloister_cli.start import ensure, starting  # noqa: PLC0415
+    from cloister_cli.start import apply  # noqa: PLC0415
+    from cloister_cli.start import plan as planning  # noqa: PLC0415
 
     if no_devcontainer and devcontainer_path is not None:
         raise click.UsageError("give --devcontainer PATH or --no-devcontainer, not both")
     project = projects.identify(directory or Path.cwd(), project_name, allow_no_git=True)
-
-    def load() -> Devcontainer | None:
-        if no_devcontainer:
-            return None
-        return projectimages.load_project_devcontainer(
-            context.paths,
-            context.config,
-            project.root,
-            home=context.home,
-            environ=starting.host_environment(),
-            explicit=devcontainer_path,
-        )
-
-    devcontainer = load()
-    environ = starting.host_environment()
-    # Resolved (the lock file written on first use) before the shape check, as at start.
-    features = resolve.for_start(context, project.root, devcontainer, environ, dry_run=dry_run)
-    base = image or context.config.defaults.image
-    if dry_run:
-        plan = projectimages.plan_project_image(
-            context.docker,
-            context.paths,
-            project=project.name,
-            root=project.root,
-            devcontainer=devcontainer,
-            base_image=base,
-            source=context.source,
-            features=features,
-        )
-        for step in plan.steps:
-            click.echo(printable(step))
-        return
     # The agent writes the Dockerfiles a build runs (with the network): a change since
     # the human last started the cloister is shown and needs their yes, as at start.
     interactive = sys.stdin.isatty() and sys.stderr.isatty()
-    approved = shape.check_shape(
-        context.paths,
-        project.name,
-        project.root,
-        extra=[
-            *([devcontainer_path] if devcontainer_path is not None else []),
-            *starting.build_inputs(devcontainer),
-            *resolve.lock_input(devcontainer),
-        ],
-        confirm=confirm_shape if interactive else None,
-        command="images build",
+    options = planning.StartOptions(
+        image=image,
+        devcontainer=devcontainer_path,
+        no_devcontainer=no_devcontainer,
         assume_yes=assume_yes,
-        scope="cloister" if no_devcontainer else "all",
+        confirm=confirm_shape if interactive else None,
     )
+    part = planning.plan_image_part(context, project, options, dry_run=dry_run)
+    if dry_run:
+        if part.unbuildable is not None:
+            raise projectimages.ProjectImageError(
+                f"`cloister images build` would fail: {part.unbuildable}"
+            )
+        for step in part.image.steps:
+            click.echo(printable(step))
+        return
     warnings: list[str] = []
-    devcontainer = resolve.applied(
-        starting.checked_devcontainer(devcontainer, load), features, warnings
+    approved, devcontainer = apply.approve_shape(
+        context, part, options, warnings, command="images build"
     )
     for warning in warnings:
         note(warning)
     projects.register(context.paths, project)  # prune keeps the images of known projects
     with build_progress() as progress:
-        if devcontainer is None:
-            ensure.ensure_agent_image(context, base, progress)
-        plan = projectimages.ensure_project_image(
-            context.docker,
-            context.paths,
-            project=project.name,
-            root=project.root,
-            devcontainer=devcontainer,
-            base_image=base,
-            source=context.source,
-            progress=progress,
-            rebuild=no_cache,
-            features=features,
-        )
+        plan = apply.build_image(context, part, devcontainer, progress, rebuild=no_cache)
     shape.save_approved(context.paths, project.name, approved)
     if plan.key is None:
         note(f"nothing to build: {project.name} runs {plan.tag} as it is")

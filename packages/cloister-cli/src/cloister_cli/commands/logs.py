@@ -15,7 +15,7 @@ from cloister_cli.commands.output import note
 from cloister_core.errors import CloisterError
 
 if TYPE_CHECKING:  # imported where used: shell completion loads this module on every TAB
-    from cloister_cli.container.cloisterlogs import Record
+    from cloister_cli.container import cloisterlogs
     from cloister_cli.context import Context
 
 
@@ -82,7 +82,7 @@ def logs(
         raise CloisterError(f"no cloister {name!r} on this machine has a log (`cloister list`)")
     shown = cloisterlogs.read_log(path, since=start, tail=tail)
 
-    def emit(record: Record) -> None:
+    def emit(record: cloisterlogs.Record) -> None:
         click.echo(cloisterlogs.as_json(record) if as_json else cloisterlogs.render(record))
 
     try:

@@ -12,7 +12,6 @@ docker SDK (``benchmarks/bench_cli_speed.py`` times them).
 
 from __future__ import annotations
 
-import difflib
 import errno
 import importlib
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -139,6 +138,8 @@ class CloisterGroup(click.Group):
         name = args[0]
         if name not in COMMANDS and not ctx.resilient_parsing and not name.startswith("-"):
             # click suggests for options, and (from 8.4) only for commands it holds.
+            import difflib  # noqa: PLC0415 - only for a mistyped command
+
             close = difflib.get_close_matches(name, COMMANDS, n=3)
             hint = ""
             if len(close) == 1:

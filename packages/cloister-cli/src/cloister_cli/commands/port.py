@@ -15,7 +15,7 @@ from cloister_cli.commands import completion_sources
 from cloister_cli.commands.output import console, note, print_json
 
 if TYPE_CHECKING:
-    from cloister_cli.container.ports import Forward
+    from cloister_cli.container import ports
     from cloister_cli.context import Context
 
 
@@ -70,7 +70,7 @@ def port(
       cloister port my-api 5432:15432 --service db   # its database on 127.0.0.1:15432
     """
     from cloister_cli.container import listing, ports  # noqa: PLC0415 - see the module docstring
-    from cloister_cli.images.builds import PROXY_IMAGE  # noqa: PLC0415
+    from cloister_cli.images import builds  # noqa: PLC0415
 
     if list_ports and remove:
         raise click.UsageError("give --list or --remove, not both")
@@ -101,7 +101,7 @@ def port(
         context.instance,
         name,
         ports.parse_spec(words[-1]),
-        image=PROXY_IMAGE.tag,
+        image=builds.PROXY_IMAGE.tag,
         ui_port=context.config.guardian.ui_port,
         service=service,
     )
@@ -117,7 +117,7 @@ def port(
     note(f"a web page there: {forward.url} (see `cloister port --help`)")
 
 
-def _print_list(found: list[Forward], *, as_json: bool, name: str | None) -> None:
+def _print_list(found: list[ports.Forward], *, as_json: bool, name: str | None) -> None:
     if as_json:
         print_json([forward.to_json() for forward in found])
         return

@@ -132,13 +132,13 @@ def restore(
       cloister restore my-api 20261125T1107     # an older session's start
       cloister restore --list --json | jq -r '.[].id'
     """
-    from cloister_cli.session.snapshots import restore as restore_snapshot  # noqa: PLC0415
-    from cloister_cli.session.snapshots.choose import (  # noqa: PLC0415
+    from cloister_cli.session.snapshots import (  # noqa: PLC0415
         chosen,
         cloister_for_directory,
         records_of,
         summary,
     )
+    from cloister_cli.session.snapshots import restore as restore_snapshot  # noqa: PLC0415
 
     name = name or cloister_for_directory(context.paths, Path.cwd())
     records = records_of(context.paths, name)

@@ -20,7 +20,6 @@ import errno
 import json
 import os
 import re
-import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import IO, Any
 
+from cloister_core import beneath
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
@@ -104,16 +104,15 @@ def parse_since(text: str, now: datetime) -> datetime:
 def open_log(path: Path) -> IO[bytes] | None:
     """*path* opened for reading, or None if there is none; never through a link."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = beneath.open_regular(path)
     except FileNotFoundError:
         return None
+    except beneath.NotRegularError:
+        raise LogsError(f"{path} is not a regular file; not read") from None
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise LogsError(f"{path} is a symbolic link; not followed") from None
         raise LogsError(f"cannot read {path}: {error.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise LogsError(f"{path} is not a regular file; not read")
     return os.fdopen(fd, "rb")
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -73,6 +74,7 @@ class StopResult(NamedTuple):
     stopped: bool  # there was a container or a token
     common_dir: Path | None  # the repository it worked in
     project: str | None = None  # its project, when there was a container
+    network_gone: Future[None] | None = None  # its network's removal, when on a pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,9 +400,11 @@ def create(
     *,
     instance: stack.Instance,
     guardian: GuardianConfig,
+    ahead: networks.Ahead | None = None,
 ) -> Container:
-    """Make the cloister's network, run the container there (the services join meanwhile),
-    then write its token bound to its address on that network.
+    """Make the cloister's network (or take the one made *ahead*), run the container
+    there (the services join meanwhile, unless they did already), then write its token
+    bound to its address on that network.
 
     The token is valid only from that address (the services check), and only once the
     file exists: nothing in the container uses it before ``start`` returns.
@@ -408,7 +412,11 @@ def create(
     # A session starts empty, even if an earlier cloister of this name left its file.
     remove_session_decisions(paths, record.cloister)
     try:
-        network = networks.create(client, instance, container_plan.name, guardian)
+        network = (
+            ahead.network()
+            if ahead is not None
+            else networks.create(client, instance, container_plan.name, guardian)
+        )
     except docker.errors.APIError as error:
         raise CloisterStartError(
             f"cannot create the network of {container_plan.name}: {error}"
@@ -463,9 +471,17 @@ def new_token(workspace: Workspace, name: str) -> TokenRecord:
 
 
 def stop(
-    client: docker.DockerClient, paths: CloisterPaths, instance: stack.Instance, name: str
+    client: docker.DockerClient,
+    paths: CloisterPaths,
+    instance: stack.Instance,
+    name: str,
+    *,
+    pool: Executor,
 ) -> StopResult:
-    """Remove the container, its network, its token and its session decisions."""
+    """Remove the container, its token and its session decisions; its network on *pool*
+    (``network_gone``, which the caller waits for) once the container is gone: nothing
+    is on it then but the services, and the rest of a stop (the sync of its commits) need
+    not wait for the engine's slowest changes (measured: about 0.15 s of a stop)."""
     container = find(client, instance, name)
     common: Path | None = None
     project: str | None = None
@@ -473,11 +489,15 @@ def stop(
         label = container.labels.get(GIT_LABEL)
         common = Path(label) if label else None
         project = container.labels.get(stack.LABEL_PROJECT) or None
-    # The container goes with its network (it is on it), the services leave meanwhile.
-    network = networks.remove(client, instance, name, container=container)
+    network = networks.find_own(client, instance, name)
+    if container is not None:
+        container.remove(force=True)
+    network_gone = pool.submit(networks.remove_left, network) if network is not None else None
     token = remove_token_file(paths.tokens_dir, name)
     remove_session_decisions(paths, name)
-    return StopResult(container is not None or token or network, common, project)
+    return StopResult(
+        container is not None or token or network is not None, common, project, network_gone
+    )
 
 
 # -- exec ----------------------------------------------------------------------------------

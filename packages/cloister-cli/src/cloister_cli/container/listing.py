@@ -1,67 +1,46 @@
-"""Which cloisters exist: asked of the Docker engine without the docker SDK.
+"""Which cloisters exist: the containers with Cloister's label, as a person waits for them.
 
-``cloister list`` and shell completion only need the containers with Cloister's
-label, and they answer while a person waits. Importing the docker SDK (requests,
-urllib3) alone costs about 0.2 s, more than all the rest of such a command, so on a
-Unix socket (``DOCKER_HOST=unix://...``, the default) they ask the engine's API with
-the standard library; any other transport (tcp, ssh) goes through the SDK as before.
-
-Both answer with objects shaped like the SDK's (``containers.list(...)`` and
-containers with ``labels``, ``status`` and ``attrs``), so :func:`list_cloisters`
-takes either, and the tests' fake engines too.
+``cloister list`` and shell completion ask through :func:`connect`, which gives the
+engine port's light reader (:class:`~cloister_cli.container.engine.UnixEngine`: the
+standard library on the engine's Unix socket, without the docker SDK's 0.2 s import)
+where it can, and the SDK's client otherwise; :func:`list_cloisters` takes either
+(any :class:`~cloister_cli.container.engine.Reader`), and the tests' fake engines too.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import socket
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import quote, urlencode
+from typing import Any
 
+from cloister_cli.container import engine
+from cloister_cli.container.engine import (
+    ContainerView,
+    DockerUnavailableError,
+    Reader,
+    UnixEngine,
+    check_engine_socket,
+    docker_host,
+)
 from cloister_core import stack
 from cloister_core.errors import CloisterError
 
+# check_engine_socket and docker_host belong to the engine module; stack/doctor.py still
+# asks them here.
+__all__ = [
+    "LABEL",
+    "CloisterInfo",
+    "DockerUnavailableError",
+    "age",
+    "check_engine_socket",
+    "connect",
+    "docker_host",
+    "list_cloisters",
+    "name_for_directory",
+]
+
 LABEL = stack.LABEL_CLOISTER
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-TIMEOUT = 60.0  # the docker SDK's default
-
-Filters = dict[str, str | list[str] | bool]
-
-
-class DockerUnavailableError(CloisterError):
-    """No Docker engine answers."""
-
-
-class EngineError(CloisterError):
-    """The engine answered, but not with what was asked."""
-
-
-class ContainerLike(Protocol):
-    @property
-    def labels(self) -> dict[str, str]: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def attrs(self) -> dict[str, Any]: ...
-
-
-class ContainerLister(Protocol):
-    def list(
-        self, *, all: bool = ..., filters: Filters | None = ...
-    ) -> Sequence[ContainerLike]: ...
-
-
-class Engine(Protocol):
-    """What listing needs of an engine client: the docker SDK's, or :class:`UnixEngine`."""
-
-    @property
-    def containers(self) -> ContainerLister: ...
 
 
 # -- the cloisters -------------------------------------------------------------------------
@@ -89,7 +68,7 @@ class CloisterInfo:
         }
 
 
-def _info(container: ContainerLike) -> CloisterInfo:
+def _info(container: ContainerView) -> CloisterInfo:
     labels = container.labels
     image = container.attrs.get("Config", {}).get("Image", "")
     return CloisterInfo(
@@ -103,13 +82,13 @@ def _info(container: ContainerLike) -> CloisterInfo:
     )
 
 
-def list_cloisters(client: Engine, instance: stack.Instance) -> list[CloisterInfo]:
+def list_cloisters(client: Reader, instance: stack.Instance) -> list[CloisterInfo]:
     """The cloisters of *instance* (another user's, or another data directory's, are not)."""
     containers = client.containers.list(all=True, filters={"label": [LABEL, instance.label_filter]})
     return sorted((_info(container) for container in containers), key=lambda info: info.name)
 
 
-def name_for_directory(client: Engine, instance: stack.Instance, directory: Path) -> str:
+def name_for_directory(client: Reader, instance: stack.Instance, directory: Path) -> str:
     """The cloister of *instance* whose working tree contains *directory* (the deepest)."""
     resolved = directory.resolve()
     best: tuple[int, str] | None = None
@@ -136,132 +115,10 @@ def age(created: str) -> str:
 # -- reaching the engine -------------------------------------------------------------------
 
 
-def docker_host() -> str:
-    """``$DOCKER_HOST``, else the default socket (an empty value means the default too)."""
-    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-
-
-def check_engine_socket(host: str) -> None:
-    """Fail early, and cleanly, when a Unix-socket engine is not there.
-
-    The docker SDK would find out too, but leaks its socket when the connection fails.
-    """
-    if not host.startswith("unix://"):
-        return
-    path = host.removeprefix("unix://")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(5)
-        try:
-            probe.connect(path)
-        except OSError as error:
-            raise DockerUnavailableError(
-                f"no Docker engine is reachable ({host}: {error.strerror or error});"
-                " start Docker and try again"
-            ) from None
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-@dataclass(frozen=True, slots=True)
-class EngineContainer:
-    """A container as the engine's inspect answer describes it (the SDK's shape)."""
-
-    attrs: dict[str, Any]
-
-    @property
-    def labels(self) -> dict[str, str]:
-        labels: dict[str, str] = (self.attrs.get("Config") or {}).get("Labels") or {}
-        return labels
-
-    @property
-    def status(self) -> str:
-        state = self.attrs.get("State")
-        return str(state.get("Status", "") if isinstance(state, dict) else state)
-
-
-def _values(value: str | list[str] | bool) -> list[str]:
-    """A filter's values as the API wants them (the SDK's ``convert_filters``)."""
-    if isinstance(value, bool):
-        return ["true" if value else "false"]
-    return value if isinstance(value, list) else [value]
-
-
-class UnixEngine:
-    """The engine's read-only container API over its Unix socket, with the standard library."""
-
-    def __init__(self, path: str, timeout: float = TIMEOUT) -> None:
-        self.path = path
-        self.timeout = timeout
-
-    @property
-    def containers(self) -> UnixEngine:
-        return self
-
-    def get(self, path: str) -> Any | None:
-        """The JSON answer to ``GET path``; None when the engine says 404."""
-        connection = _UnixConnection(self.path, self.timeout)
-        try:
-            connection.request("GET", path, headers={"Accept": "application/json"})
-            response = connection.getresponse()
-            body = response.read()
-        except OSError as error:
-            raise DockerUnavailableError(
-                f"no Docker engine is reachable (unix://{self.path}: {error});"
-                " start Docker and try again"
-            ) from None
-        finally:
-            connection.close()
-        if response.status == 404:
-            return None
-        try:
-            if response.status == 200:
-                return json.loads(body)
-            message = json.loads(body).get("message", "")
-        except (ValueError, AttributeError):
-            message = body.decode(errors="replace").strip()
-        raise EngineError(f"the Docker engine answered {response.status} to GET {path}: {message}")
-
-    def list(self, *, all: bool = False, filters: Filters | None = None) -> list[EngineContainer]:
-        """Like the SDK's ``containers.list``: each container inspected (vanished ones skipped)."""
-        query: dict[str, str] = {"all": "1" if all else "0"}
-        if filters:
-            query["filters"] = json.dumps({key: _values(value) for key, value in filters.items()})
-        found = []
-        for summary in self.get(f"/containers/json?{urlencode(query)}") or []:
-            attrs = self.get(f"/containers/{quote(str(summary['Id']), safe='')}/json")
-            if attrs is not None:  # removed since it was listed
-                found.append(EngineContainer(attrs))
-        return found
-
-
-def connect(timeout: float = TIMEOUT) -> Engine:
-    """An engine client for listing: :class:`UnixEngine`, else the docker SDK's."""
+def connect(timeout: float = engine.TIMEOUT) -> Reader:
+    """A client for listing: the light reader on a Unix socket, else the docker SDK's."""
     host = docker_host()
     if host.startswith("unix://"):
         check_engine_socket(host)
         return UnixEngine(host.removeprefix("unix://"), timeout)
-    import docker  # noqa: PLC0415 - only for the transports the standard library does not speak
-    import docker.errors  # noqa: PLC0415
-
-    try:
-        client = docker.from_env(timeout=int(timeout))
-        client.ping()
-    except docker.errors.DockerException as error:
-        raise DockerUnavailableError(
-            f"no Docker engine is reachable ({error}); start Docker and try again"
-        ) from None
-    return client
+    return engine.connect(timeout)

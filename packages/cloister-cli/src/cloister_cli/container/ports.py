@@ -51,10 +51,10 @@ from typing import Any
 
 import docker
 import docker.errors
-from docker.models.containers import Container
 from docker.types import LogConfig
 
 from cloister_cli.container import cloisters, networks
+from cloister_cli.container.engine import Container, Engine
 from cloister_core import stack
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write, locked
@@ -279,14 +279,9 @@ def _forward(forwarder: Container, cloister: Container | None) -> Forward:
     )
 
 
-def _forwarders(
-    client: docker.DockerClient, instance: stack.Instance, name: str | None
-) -> list[Container]:
+def _forwarders(client: Engine, instance: stack.Instance, name: str | None) -> list[Container]:
     label = stack.LABEL_FORWARD if name is None else f"{stack.LABEL_FORWARD}={name}"
-    found: list[Container] = client.containers.list(
-        all=True, filters={"label": [instance.label_filter, label]}
-    )
-    return found
+    return list(client.containers.list(all=True, filters={"label": [instance.label_filter, label]}))
 
 
 def forwards(
@@ -321,14 +316,12 @@ def _bound_ports(attrs: dict[str, Any], key: str) -> set[int]:
     }
 
 
-def hub_ports(
-    client: docker.DockerClient, instance: stack.Instance, ui_port: int
-) -> dict[int, str]:
+def hub_ports(client: Engine, instance: stack.Instance, ui_port: int) -> dict[int, str]:
     """The host ports that are an approval UI's, and whose: *ui_port* (this instance's
     ``guardian.ui_port``) and the port of every guardian's hub container on the engine,
     this instance's or another's, running or stopped."""
     found: dict[int, str] = {ui_port: "guardian.ui_port in this machine's config"}
-    hubs: list[Container] = client.containers.list(
+    hubs = client.containers.list(
         all=True, filters={"label": [stack.LABEL_GUARDIAN, f"{COMPOSE_SERVICE_LABEL}=approval"]}
     )
     for container in hubs:
@@ -346,9 +339,9 @@ def hub_ports(
     return found
 
 
-def forwarder_on(client: docker.DockerClient, host_port: int) -> Container | None:
+def forwarder_on(client: Engine, host_port: int) -> Container | None:
     """The running forwarder, of any instance, that publishes *host_port*, if one does."""
-    running: list[Container] = client.containers.list(filters={"label": [stack.LABEL_FORWARD]})
+    running = client.containers.list(filters={"label": [stack.LABEL_FORWARD]})
     return next((each for each in running if _host_port(each) == host_port), None)
 
 
@@ -406,7 +399,7 @@ def _gateway(attrs: dict[str, Any]) -> str | None:
     return None
 
 
-def ensure_network(client: docker.DockerClient, instance: stack.Instance) -> str:
+def ensure_network(client: Engine, instance: stack.Instance) -> str:
     """Create the instance's ports network if it is missing; its gateway's address."""
     name = instance.ports_net
     try:
@@ -441,7 +434,7 @@ def ensure_network(client: docker.DockerClient, instance: stack.Instance) -> str
 
 
 def _existing(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     name: str,
     port: int,
@@ -564,7 +557,7 @@ def publish(
             f"cannot create {forwarder_plan.container}: {error.explanation or error}"
         ) from None
     try:
-        client.networks.get(instance.cloister(name)).connect(container)
+        client.networks.get(instance.cloister(name)).connect(forwarder_plan.container)
         container.start()
         _wait_ready(container, image)
         # HOSTPORT 0: the engine may have chosen the port of a hub that is stopped.
@@ -612,7 +605,7 @@ def remember(paths: CloisterPaths, host_port: int) -> None:
 
 
 def _running_service(
-    client: docker.DockerClient, instance: stack.Instance, name: str, service: str
+    client: Engine, instance: stack.Instance, name: str, service: str
 ) -> Container:
     from cloister_cli.container import services  # noqa: PLC0415 - only for a service's port
 
@@ -648,9 +641,7 @@ def remove(
     raise PortError(f"{whose} publishes no port {port} (`cloister port {name} --list`)")
 
 
-def remove_all(
-    client: docker.DockerClient, instance: stack.Instance, name: str | None
-) -> list[str]:
+def remove_all(client: Engine, instance: stack.Instance, name: str | None) -> list[str]:
     """Remove the forwarders of cloister *name* (None: every one); their names.
 
     Never raises for one that cannot be removed: ``cloister stop`` must go on. What

@@ -42,20 +42,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import docker
 import docker.errors
-from docker.models.containers import Container
 from docker.types import LogConfig, Mount
 
-from cloister_cli.container import cloisters, devoverrides
+from cloister_cli.container import cloisters
 from cloister_cli.container.cloisters import CloisterStartError
+from cloister_cli.container.engine import Container, Engine
 from cloister_core import stack
-from cloister_core.config.models import DefaultsConfig
-from cloister_core.devcontainer.model import ComposeService, MountSpec
 from cloister_core.errors import CloisterNameError
 from cloister_core.names import validate_name
 from cloister_core.printable import printable
 
-if TYPE_CHECKING:  # the build machinery is imported where used: `stop` needs none of it
+if TYPE_CHECKING:  # the build machinery and the devcontainer's: `stop` needs none of it
     from cloister_cli.images.projectimages.model import ImagePlan
+    from cloister_core.config.models import DefaultsConfig
+    from cloister_core.devcontainer.model import ComposeService, MountSpec
 
 # What a service image needs to start as root and step down to its own user (the
 # entrypoints of database images chown their data directory, then setuid).
@@ -136,7 +136,7 @@ def service_tag(project: str, service: str, key: str) -> str:
     return f"{TAG_PREFIX}{validate_name(project, what='project')}-{service}:{key[:12]}"
 
 
-def _image_id(client: docker.DockerClient, name: str, service: str, project: str) -> str | None:
+def _image_id(client: Engine, name: str, service: str, project: str) -> str | None:
     """The image's ID, None if absent; never another project's own image (its files)."""
     from cloister_cli.images.projectimages.model import ProjectImageError  # noqa: PLC0415
     from cloister_cli.images.projectimages.plan import project_image_id  # noqa: PLC0415
@@ -148,7 +148,7 @@ def _image_id(client: docker.DockerClient, name: str, service: str, project: str
 
 
 def plan_image(
-    client: docker.DockerClient, service: ComposeService, *, project: str, root: Path
+    client: Engine, service: ComposeService, *, project: str, root: Path
 ) -> ServiceImage:
     """The image of *service*, planned: nothing is pulled, nothing built yet."""
     from cloister_cli.images.projectimages.context import read_file, scan  # noqa: PLC0415
@@ -288,11 +288,14 @@ def _mount(spec: MountSpec, project: str, root: Path, service: str) -> Mount:
             raise ServiceError(
                 f"compose service {service!r}: bind mount of {spec.source!r} is outside the project"
             )
+    # Only a start with services: the devcontainer package costs `stop` about 60 ms.
+    from cloister_cli.container import devoverrides  # noqa: PLC0415
+
     return devoverrides.mount_for(spec, project)  # a bind is always read-only
 
 
 def plan(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     *,
     cloister: str,
@@ -320,7 +323,7 @@ def plan(
 
 
 def start(
-    client: docker.DockerClient,
+    client: Engine,
     plans: Iterable[ServicePlan],
     cloister: Container,
     *,
@@ -400,19 +403,14 @@ def _last_lines(container: Container) -> str:
 # -- finding and removing ------------------------------------------------------------------
 
 
-def find(
-    client: docker.DockerClient, instance: stack.Instance, cloister: str | None = None
-) -> list[Container]:
+def find(client: Engine, instance: stack.Instance, cloister: str | None = None) -> list[Container]:
     """The service containers of cloister *cloister* (None: of every cloister)."""
     label = stack.LABEL_SERVICE_OF if cloister is None else f"{stack.LABEL_SERVICE_OF}={cloister}"
-    found: list[Container] = client.containers.list(
-        all=True, filters={"label": [instance.label_filter, label]}
-    )
-    return found
+    return list(client.containers.list(all=True, filters={"label": [instance.label_filter, label]}))
 
 
 def find_one(
-    client: docker.DockerClient, instance: stack.Instance, cloister: str, service: str
+    client: Engine, instance: stack.Instance, cloister: str, service: str
 ) -> Container | None:
     """Service *service* of cloister *cloister*, or None."""
     return next(
@@ -437,7 +435,7 @@ def _remove(container: Container) -> str | None:
     return container.name or container.short_id
 
 
-def remove_all(client: docker.DockerClient, instance: stack.Instance, cloister: str) -> list[str]:
+def remove_all(client: Engine, instance: stack.Instance, cloister: str) -> list[str]:
     """Remove the services of cloister *cloister*; their names."""
     return [name for each in find(client, instance, cloister) if (name := _remove(each))]
 
@@ -468,7 +466,7 @@ def remove_containers(containers: Iterable[Container]) -> list[str]:
 
 
 def output(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     cloister: str,
     service: str,

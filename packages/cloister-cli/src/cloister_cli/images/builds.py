@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
 import docker.errors
 
+from cloister_cli.container.engine import Engine
 from cloister_core import stack
 from cloister_core.errors import CloisterError
 
@@ -41,12 +41,31 @@ class ImageBuildError(CloisterError):
 
 @dataclass(frozen=True, slots=True)
 class ImageSpec:
-    """One image: its tag, Dockerfile, Python package (if any) and extra files."""
+    """One image: its tag, Dockerfile, Python package (if any) and extra files.
+
+    *stage* is a Dockerfile several images share: the context's Dockerfile is it, then
+    *dockerfile*, which starts ``FROM`` the stage it names.
+    """
 
     tag: str
     dockerfile: str
     package: str | None
     files: tuple[tuple[str, str], ...] = ()  # (source in the tree, name in the context)
+    stage: str | None = None
+
+
+# The guardian's services: Python, their site-packages, the health check, the user.
+SERVICE_STAGE = "images/service/Dockerfile"
+
+# ``${PROXY_PORT}`` in a Dockerfile is cloister_core.stack.PROXY_PORT, and so for each of
+# its ports: written in when the context is assembled, since the classic builder puts
+# no build argument into HEALTHCHECK (nor ENTRYPOINT), and the ports are in them.
+STACK_PORTS = {
+    name: str(value)
+    for name, value in vars(stack).items()
+    if name.endswith("_PORT") and isinstance(value, int)
+}
+_PORT_PLACEHOLDER = re.compile(r"\$\{([A-Z0-9_]+_PORT)\}")
 
 
 # Workspace packages every service image needs besides its own.
@@ -57,6 +76,7 @@ PROXY_IMAGE = ImageSpec(
     dockerfile="images/proxy/Dockerfile",
     package="cloister-proxy",
     files=(("services/healthcheck.py", "healthcheck.py"),),
+    stage=SERVICE_STAGE,
 )
 
 GATEWAY_IMAGE = ImageSpec(
@@ -64,6 +84,7 @@ GATEWAY_IMAGE = ImageSpec(
     dockerfile="images/gateway/Dockerfile",
     package="cloister-executor",
     files=(("services/healthcheck.py", "healthcheck.py"),),
+    stage=SERVICE_STAGE,
 )
 
 GIT_IMAGE = ImageSpec(
@@ -92,6 +113,7 @@ APPROVAL_IMAGE = ImageSpec(
     dockerfile="images/approval/Dockerfile",
     package="cloister-approval",
     files=(("services/healthcheck.py", "healthcheck.py"),),
+    stage=SERVICE_STAGE,
 )
 
 
@@ -102,13 +124,33 @@ def _package_dir(workspace: Path, package: str) -> Path:
     return workspace / "packages" / package
 
 
+def dockerfile_text(workspace: Path, spec: ImageSpec) -> str:
+    """The Dockerfile of *spec*'s context: its stage, then its own, ports written in."""
+
+    def port(match: re.Match[str]) -> str:
+        if match.group(1) not in STACK_PORTS:
+            raise ImageBuildError(
+                f"{spec.dockerfile}: {match.group(0)!r} is no port of cloister_core.stack"
+                f" (it has {', '.join(sorted(STACK_PORTS))})"
+            )
+        return STACK_PORTS[match.group(1)]
+
+    parts = (spec.dockerfile,) if spec.stage is None else (spec.stage, spec.dockerfile)
+    text = "\n".join((workspace / part).read_bytes().decode("utf-8") for part in parts)
+    return _PORT_PLACEHOLDER.sub(port, text)
+
+
 def source_fingerprint(workspace: Path, spec: ImageSpec) -> str:
     """A digest of everything *spec*'s image is built from, kept as a label on it.
 
     An image whose label differs was built from another version of this tree (or by an
-    older Cloister, without the label), so it is rebuilt instead of run stale.
+    older Cloister, without the label), so it is rebuilt instead of run stale. The
+    Dockerfile counts as the context gets it: with its stage and the stack's ports.
     """
-    inputs = [workspace / spec.dockerfile, *(workspace / source for source, _ in spec.files)]
+    digest = hashlib.sha256()
+    digest.update(spec.dockerfile.encode() + b"\0")
+    digest.update(dockerfile_text(workspace, spec).encode() + b"\0")
+    inputs = [workspace / source for source, _ in spec.files]
     if spec.package is not None:
         inputs.append(workspace / "uv.lock")
         for package in (*WORKSPACE_DEPENDENCIES, spec.package):
@@ -119,14 +161,13 @@ def source_fingerprint(workspace: Path, spec: ImageSpec) -> str:
                 for path in (directory / "src").rglob("*")
                 if path.is_file() and "__pycache__" not in path.parts
             )
-    digest = hashlib.sha256()
     for path in inputs:
         digest.update(str(path.relative_to(workspace)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:32]
 
 
-def is_current(client: docker.DockerClient, tag: str, fingerprint: str | None) -> bool:
+def is_current(client: Engine, tag: str, fingerprint: str | None) -> bool:
     """Whether *tag* exists and (when the source is known) was built from it."""
     try:
         image = client.images.get(tag)
@@ -150,7 +191,7 @@ def assemble_context(workspace: Path, spec: ImageSpec, into: Path, architecture:
     if platform is None:
         raise ImageBuildError(f"no Python wheels platform known for CPU {architecture!r}")
     into.mkdir(parents=True)
-    shutil.copyfile(workspace / spec.dockerfile, into / "Dockerfile")
+    (into / "Dockerfile").write_text(dockerfile_text(workspace, spec), encoding="utf-8")
     for source, name in spec.files:
         shutil.copy2(workspace / source, into / name)  # keeps the mode (scripts stay executable)
     if spec.package is None:
@@ -283,7 +324,7 @@ class BuildOutput:
 
 
 def build_image(
-    client: docker.DockerClient,
+    client: Engine,
     context: Path,
     tag: str,
     on_line: Callable[[str], None] = lambda line: None,

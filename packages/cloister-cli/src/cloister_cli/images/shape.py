@@ -7,8 +7,8 @@ with what the human last approved, shows the difference and asks before the star
 uses them. The approved copy is ``<data>/shapes/<name>.json`` (0600): in Cloister's
 data directory, which no cloister mounts, never in the project.
 
-Reading the shape treats the project as hostile (see :mod:`cloister_cli.session.review.files`
-for the same rules): every directory is entered with ``O_NOFOLLOW`` relative to its
+Reading the shape treats the project as hostile (:mod:`cloister_core.beneath` opens
+each directory and file): every directory is entered with ``O_NOFOLLOW`` relative to its
 parent's descriptor, only a regular file is opened (``O_NONBLOCK``, and checked to be
 what ``lstat`` saw, so a FIFO swapped in never blocks), a symbolic link is recorded as
 ``-> target`` and never read through. A link that leads to another place *inside*
@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, cast
 
-from cloister_core.beneath import open_directory
+from cloister_core import beneath
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write
 from cloister_core.names import validate_name
@@ -76,8 +76,6 @@ OVERFLOW_NAME = "the entries not recorded one by one"  # how changed_names lists
 # two can never be confused (a text file saying "-> /etc/passwd" is not a link).
 NOTE = "\0"
 _CHUNK = 256 * 1024
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _RECORD_VERSION = 2  # 1: one shape, of every source (read as scope "all")
 
 
@@ -194,7 +192,7 @@ class _Reader:
     def visit(self, place: _Place, relative: str) -> None:
         """Record *relative* below *place* (the root itself when "")."""
         parts = [part for part in relative.split("/") if part]
-        with open_directory(place.anchor, parts[:-1]) as fd:
+        with beneath.open_directory(place.anchor, parts[:-1]) as fd:
             if fd is None:
                 return  # missing, or a link on the way: never crossed
             if not parts:
@@ -236,7 +234,7 @@ class _Reader:
             self.uncomparable = f"directories deeper than {MAX_DEPTH} levels"
             return
         try:
-            fd = os.open(name, _DIRECTORY, dir_fd=dir_fd)
+            fd = beneath.open_dir(name, dir_fd=dir_fd)
         except OSError as error:
             self._record(place.prefix + relative, _note(f"cannot be read: {error.strerror}"))
             return
@@ -293,13 +291,12 @@ class _Reader:
         if info.st_size > self.read_budget:
             return unread
         try:
-            fd = os.open(name, _FILE, dir_fd=dir_fd)
+            fd = beneath.open_regular(name, dir_fd=dir_fd, expect=info)
+        except beneath.ChangedError:
+            return _note("changed while being read")
         except OSError as error:
             return _note(f"cannot be read: {error.strerror}")
         try:
-            opened = os.fstat(fd)
-            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
-                return _note("changed while being read")
             hasher = hashlib.sha256()
             kept = bytearray()
             total = 0

@@ -17,7 +17,7 @@ from cloister_core.gitrun import GitError, run_git
 __all__ = ["GitError"]
 
 
-def _git(
+def run(
     directory: Path,
     *args: str,
     check: bool = True,
@@ -29,20 +29,9 @@ def _git(
     return run_git("-C", str(directory), *args, check=check, hooks=hooks, env=env, input=input)
 
 
-def run(
-    directory: Path,
-    *args: str,
-    check: bool = True,
-    env: Mapping[str, str] | None = None,
-    input: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Any git command in *directory*, hardened, for the modules that need one."""
-    return _git(directory, *args, check=check, env=env, input=input)
-
-
 def toplevel(directory: Path) -> Path | None:
     """The working tree containing *directory*, or None outside git."""
-    result = _git(directory, "rev-parse", "--show-toplevel", check=False)
+    result = run(directory, "rev-parse", "--show-toplevel", check=False)
     return Path(result.stdout.strip()) if result.returncode == 0 else None
 
 
@@ -56,9 +45,7 @@ class Layout:
 
 
 def layout(worktree: Path) -> Layout:
-    result = _git(
-        worktree, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir"
-    )
+    result = run(worktree, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir")
     top, gitdir, common = result.stdout.splitlines()[:3]
     common_path = Path(common)
     if not common_path.is_absolute():
@@ -67,26 +54,26 @@ def layout(worktree: Path) -> Layout:
 
 
 def remote_url(worktree: Path) -> str | None:
-    result = _git(worktree, "remote", "get-url", "origin", check=False)
+    result = run(worktree, "remote", "get-url", "origin", check=False)
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
 def branch_exists(repository: Path, branch: str) -> bool:
-    result = _git(
+    result = run(
         repository, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
     )
     return result.returncode == 0
 
 
 def check_branch_name(repository: Path, branch: str) -> None:
-    result = _git(repository, "check-ref-format", "--branch", branch, check=False)
+    result = run(repository, "check-ref-format", "--branch", branch, check=False)
     if result.returncode != 0:
         raise GitError(f"{branch!r} is not a valid branch name")
 
 
 def hooks_directory(worktree: Path) -> Path:
     """Where git looks for this work tree's hooks (``core.hooksPath`` honoured)."""
-    path = Path(_git(worktree, "rev-parse", "--git-path", "hooks", hooks=True).stdout.strip())
+    path = Path(run(worktree, "rev-parse", "--git-path", "hooks", hooks=True).stdout.strip())
     return path if path.is_absolute() else worktree / path
 
 
@@ -100,7 +87,7 @@ class Include:
 
 def includes(worktree: Path) -> list[Include]:
     """Every include git would follow in *worktree*, whatever its condition."""
-    result = _git(
+    result = run(
         worktree,
         "config",
         "--includes",
@@ -123,7 +110,7 @@ def includes(worktree: Path) -> list[Include]:
 
 def gitlinks(worktree: Path) -> list[str]:
     """Paths of the gitlinks (submodule entries) in the work tree's index."""
-    output = _git(worktree, "ls-files", "--stage", "-z").stdout
+    output = run(worktree, "ls-files", "--stage", "-z").stdout
     found = []
     for entry in output.split("\0"):
         meta, _, path = entry.partition("\t")

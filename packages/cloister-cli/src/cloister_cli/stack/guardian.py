@@ -53,7 +53,6 @@ from cloister_cli.images.builds import (
     source_fingerprint,
 )
 from cloister_cli.stack import executor_process
-from cloister_cli.stack.hub_client import hub_secret_path
 from cloister_core import stack
 from cloister_core.config.models import GlobalConfig
 from cloister_core.credentials import credentials_dir
@@ -175,6 +174,9 @@ class Guardian:
 
     @property
     def hub_secret_file(self) -> Path:
+        # Only to start the stack: `stop` and a start with the stack up need no hub client.
+        from cloister_cli.stack.hub_client import hub_secret_path  # noqa: PLC0415
+
         return hub_secret_path(self.paths)
 
     @property
@@ -246,12 +248,16 @@ class Guardian:
 
     # -- images and networks -----------------------------------------------------------
 
-    def stale_images(self) -> list[tuple[ImageSpec, str]]:
-        """The service images that are missing, or were built from another source."""
+    def stale_images(self, *, git_only: bool = False) -> list[tuple[ImageSpec, str]]:
+        """The images (the services' and the git image, or the git image alone with
+        *git_only*) that are missing, or were built from another source. Each one asked
+        about is fingerprinted (its source files read): a start with the stack up asks
+        about the git image alone."""
         return [
             (spec, tag)
             for spec, tag in self.tags.specs()
-            if not is_current(
+            if (not git_only or tag == self.tags.git)
+            and not is_current(
                 self.client, tag, source_fingerprint(self.source, spec) if self.source else None
             )
         ]

@@ -28,6 +28,7 @@ import docker.errors
 
 from cloister_cli.agents.agentstate import make_writable
 from cloister_cli.container import listing, networks
+from cloister_cli.container.engine import Engine
 from cloister_cli.context import Context
 from cloister_cli.images.builds import (
     AGENT_IMAGE,
@@ -264,7 +265,7 @@ def _remove(kind: str, name: str, remove: Callable[[str], object]) -> Step:
     return Step(kind, name, "done", f"removed {kind} {name}")
 
 
-def remove_forwarders(client: docker.DockerClient, instance: stack.Instance) -> Iterator[Step]:
+def remove_forwarders(client: Engine, instance: stack.Instance) -> Iterator[Step]:
     """`cloister port`'s forwarders that outlived their cloister (stopping one removes
     its own): they would keep the proxy's image and two networks."""
 
@@ -278,7 +279,7 @@ def remove_forwarders(client: docker.DockerClient, instance: stack.Instance) -> 
             yield _remove("container", container.name or container.short_id, remove)
 
 
-def other_instances(client: docker.DockerClient, instance: stack.Instance) -> dict[str, str]:
+def other_instances(client: Engine, instance: stack.Instance) -> dict[str, str]:
     """Other guardians' instances on this engine (id → whose): they use the same images."""
     labelled: dict[str, str | list[str] | bool] = {"label": [stack.LABEL_INSTANCE]}
     label_sets = [
@@ -294,7 +295,7 @@ def other_instances(client: docker.DockerClient, instance: stack.Instance) -> di
     }
 
 
-def remove_images(client: docker.DockerClient, instance: stack.Instance) -> Iterator[Step]:
+def remove_images(client: Engine, instance: stack.Instance) -> Iterator[Step]:
     """Cloister's images, unless another guardian on this engine still has them in use:
     images are the engine's, not an instance's."""
     others = other_instances(client, instance)

@@ -24,7 +24,7 @@ from cloister_core.printable import printable
 if TYPE_CHECKING:
     from cloister_cli.container.services import ServicePlan
     from cloister_cli.images.features.resolve import Installed
-    from cloister_cli.start.previewing import Preview
+    from cloister_cli.start.plan import StartPlan
 
 MASK = "***"
 _SECRET_NAME = re.compile(
@@ -194,7 +194,12 @@ def service_argv(plan: ServicePlan) -> list[str]:
     return docker_run_argv(kwargs)
 
 
-def _services_json(preview: Preview) -> list[dict[str, Any]]:
+def run_argv(start: StartPlan) -> list[str]:
+    """The ``docker run`` of *start*'s cloister, its token masked."""
+    return docker_run_argv(start.container.run_kwargs(), secret=start.secret)
+
+
+def _services_json(start: StartPlan) -> list[dict[str, Any]]:
     return [
         {
             "name": plan.service.name,
@@ -205,13 +210,13 @@ def _services_json(preview: Preview) -> list[dict[str, Any]]:
             "ports": list(plan.service.ports),
             "docker_run": service_argv(plan),
         }
-        for plan in preview.services
+        for plan in start.services
     ]
 
 
-def _services_text(preview: Preview) -> list[str]:
+def _services_text(start: StartPlan) -> list[str]:
     out = []
-    for plan in preview.services:
+    for plan in start.services:
         service = plan.service
         where = (
             "in the cloister's network namespace"
@@ -224,24 +229,24 @@ def _services_text(preview: Preview) -> list[str]:
     return out
 
 
-def to_json(preview: Preview) -> dict[str, Any]:
+def to_json(start: StartPlan) -> dict[str, Any]:
     """The dry run for scripts (``--dry-run --json``)."""
-    argv = docker_run_argv(preview.plan.run_kwargs(), secret=preview.secret)
-    devcontainer = preview.devcontainer
-    image = preview.image
+    argv = run_argv(start)
+    devcontainer = start.devcontainer
+    image = start.image
     return {
-        "cloister": preview.name,
-        "container": preview.plan.container,
-        "directory": str(preview.workspace.directory),
-        "project": preview.workspace.project.name,
-        "running": preview.running,
-        "guardian_running": preview.guardian_running,
+        "cloister": start.name,
+        "container": start.container.container,
+        "directory": str(start.workspace.directory),
+        "project": start.workspace.project.name,
+        "running": start.running,
+        "guardian_running": start.guardian_running,
         "image": {
             "tag": image.tag,
             "key": image.key,
             "exists": image.cached,
             "steps": list(image.steps),
-            "agent_image_built_first": preview.agent_image,
+            "agent_image_built_first": start.agent_image,
         },
         "devcontainer": None
         if devcontainer is None
@@ -262,54 +267,54 @@ def to_json(preview: Preview) -> dict[str, Any]:
                 for item in devcontainer.lifecycle
             ],
         },
-        "features": _features_json(preview),
+        "features": _features_json(start),
         "shape": {
-            "changed": bool(preview.shape_difference),
-            "difference": preview.shape_difference,
+            "changed": bool(start.shape_difference),
+            "difference": start.shape_difference,
         },
         "protected": [
             {
-                "path": str(item.path.relative_to(preview.workspace.directory)),
+                "path": str(item.path.relative_to(start.workspace.directory)),
                 "reason": item.reason,
                 "stand_in": item.stand_in,
             }
-            for item in preview.protections
+            for item in start.protections
         ],
-        "notes": list(preview.notes),
-        "warnings": list(preview.warnings),
+        "notes": list(start.notes),
+        "warnings": list(start.warnings),
         "docker_run": argv,
         "command": command_text(argv),
-        "services": _services_json(preview),
+        "services": _services_json(start),
     }
 
 
-def header(preview: Preview) -> str:
+def header(start: StartPlan) -> str:
     """What the dry run did not do: it builds, starts and writes nothing (Features it
     fetched to show what they ask for go into Cloister's cache, and it says so)."""
-    fetched = preview.features is not None and any(
+    fetched = start.features is not None and any(
         item.feature.kind == "oci" and item.resolved is not None and not item.cached
-        for item in preview.features.installs
+        for item in start.features.installs
     )
     written = " (but Features fetched into Cloister's cache)" if fetched else ""
     return f"cloister start --dry-run: nothing was built, written{written} or started"
 
 
-def render(preview: Preview) -> str:
+def render(start: StartPlan) -> str:
     """The dry run for people: what would be built, decided and run."""
-    out: list[str] = [header(preview), ""]
-    plan = preview.plan
-    out.append(f"cloister   {preview.name} ({plan.container}) in {preview.workspace.directory}")
-    if preview.running:
+    out: list[str] = [header(start), ""]
+    plan = start.container
+    out.append(f"cloister   {start.name} ({plan.container}) in {start.workspace.directory}")
+    if start.running:
         out.append("           runs already: `cloister start` would attach to it")
-    guardian = "running" if preview.guardian_running else "would be started (and built if needed)"
+    guardian = "running" if start.guardian_running else "would be started (and built if needed)"
     out.append(f"guardian   {guardian}")
-    image = preview.image
+    image = start.image
     state = "exists" if image.cached else "would be built"
     out.append(f"image      {image.tag} ({state})")
-    if preview.agent_image is not None:
-        out.append(f"  - build Cloister's agent image {preview.agent_image} first")
+    if start.agent_image is not None:
+        out.append(f"  - build Cloister's agent image {start.agent_image} first")
     out += [f"  - {step}" for step in image.steps]
-    devcontainer = preview.devcontainer
+    devcontainer = start.devcontainer
     if devcontainer is None:
         out.append("devcontainer.json  none used")
     else:
@@ -323,27 +328,27 @@ def render(preview: Preview) -> str:
         for command in devcontainer.lifecycle:
             stage = command.stage if command.name is None else f"{command.stage}:{command.name}"
             out.append(f"  runs     {stage}: {shlex.join(command.argv)}")
-    out += _features_lines(preview)
-    out += _services_text(preview)
-    if preview.shape_difference:
+    out += _features_lines(start)
+    out += _services_text(start)
+    if start.shape_difference:
         out.append("shape      changed since last approved: `cloister start` would ask")
-        out += [f"  {line}" for line in preview.shape_difference.rstrip("\n").split("\n")]
+        out += [f"  {line}" for line in start.shape_difference.rstrip("\n").split("\n")]
     else:
         out.append("shape      as approved")
-    if preview.protections:
+    if start.protections:
         out.append("read-only  in the project (an empty stand-in where marked *):")
-        for protection in preview.protections:
-            path = protection.path.relative_to(preview.workspace.directory)
+        for protection in start.protections:
+            path = protection.path.relative_to(start.workspace.directory)
             star = " *" if protection.stand_in else ""
             out.append(f"  {path}{star}  ({protection.reason})")
-    out += [f"note       {note}" for note in preview.notes]
-    out += [f"warning    {warning}" for warning in preview.warnings]
+    out += [f"note       {note}" for note in start.notes]
+    out += [f"warning    {warning}" for warning in start.warnings]
     out += ["", f"docker run equivalent (secrets shown as {MASK}):", ""]
     # Every line may hold the agent's text (steps, env values, notes): escaped, so a
     # control character shows as an escape (printable is idempotent: the shape's
     # difference, already escaped, stays as it is).
     out = [printable(line) for line in out]
-    argv = [printable(item) for item in docker_run_argv(plan.run_kwargs(), secret=preview.secret)]
+    argv = [printable(item) for item in run_argv(start)]
     out.append(command_text(argv, multiline=True))
     return "\n".join(out) + "\n"
 
@@ -357,10 +362,10 @@ def _feature_state(item: Installed) -> str:
     return "cached" if item.cached else "fetched now, into the cache"
 
 
-def _features_lines(preview: Preview) -> list[str]:
+def _features_lines(start: StartPlan) -> list[str]:
     """The Features in install order: what each resolves to, its options' environment,
     what its metadata asks for in the image (its other requests are overrides above)."""
-    features = preview.features
+    features = start.features
     if features is None:
         return []
     out = [f"features   in install order (lock file {features.lock.path})"]
@@ -371,17 +376,17 @@ def _features_lines(preview: Preview) -> list[str]:
         if item.resolved is not None and item.feature.kind != "local":
             out.append(f"       resolved  {item.resolved_as}")
         for name, value in item.environment.items():
-            out.append(f"       option    {name}={masked(name, value, preview.secret)}")
+            out.append(f"       option    {name}={masked(name, value, start.secret)}")
         for name, value in item.container_env.items():
-            out.append(f"       ENV       {name}={masked(name, value, preview.secret)}")
+            out.append(f"       ENV       {name}={masked(name, value, start.secret)}")
         out += [f"       note      {note}" for note in item.notes]
     if features.lock_text is not None:
         out.append("  `cloister start` would write the lock file (the new pins above)")
     return out
 
 
-def _features_json(preview: Preview) -> list[dict[str, Any]] | None:
-    features = preview.features
+def _features_json(start: StartPlan) -> list[dict[str, Any]] | None:
+    features = start.features
     if features is None:
         return None
     return [

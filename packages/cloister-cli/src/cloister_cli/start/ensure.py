@@ -43,7 +43,7 @@ def ensure_git_image(context: Context, progress: Progress) -> None:
     """Build the image of ``cloister sync``'s throwaway containers when missing or stale
     (a stack started by an older Cloister is left running without it)."""
     guardian = context.guardian
-    stale = [(spec, tag) for spec, tag in guardian.stale_images() if tag == guardian.tags.git]
+    stale = guardian.stale_images(git_only=True)
     if stale:
         context.require_source()
         with tempfile.TemporaryDirectory(prefix="cloister-build-") as scratch:

@@ -26,9 +26,10 @@ from typing import cast
 
 from cloister_core.devcontainer.featuremeta import FeatureError
 from cloister_core.devcontainer.featureorder import collation_key
-from cloister_core.devcontainer.jsonc import Location, parse_located
+from cloister_core.devcontainer.jsonc import parse_located
 from cloister_core.devcontainer.model import DevcontainerError
 from cloister_core.devcontainer.reading import read_agent_text
+from cloister_core.jsonc import Location
 
 MAX_LOCK_SIZE = 1024 * 1024
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
 
-from cloister_core.devcontainer.jsonc import Location, Positions, parse_located
+from cloister_core.devcontainer.jsonc import parse_located
 from cloister_core.devcontainer.model import DevcontainerError, Feature
+from cloister_core.jsonc import Location, Positions
 
 MAX_METADATA_SIZE = 1024 * 1024
 """The largest devcontainer-feature.json read (a Feature's author, or the agent, writes it)."""

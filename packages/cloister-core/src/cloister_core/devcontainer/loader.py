@@ -29,7 +29,7 @@ from cloister_core.devcontainer.features import (
     resolve_local_feature,
     untrusted_reason,
 )
-from cloister_core.devcontainer.jsonc import Location, Positions, parse_located
+from cloister_core.devcontainer.jsonc import parse_located
 from cloister_core.devcontainer.model import (
     LIFECYCLE_STAGES,
     Devcontainer,
@@ -53,6 +53,7 @@ from cloister_core.devcontainer.mounts import (
 from cloister_core.devcontainer.reading import read_agent_text
 from cloister_core.devcontainer.runargs import cap_add, check_run_args, security_opt
 from cloister_core.devcontainer.variables import Variables, devcontainer_id, secret_reason
+from cloister_core.jsonc import Location, Positions
 from cloister_core.printable import printable
 
 CANDIDATES: tuple[str, ...] = (

@@ -6,3 +6,5 @@
 :mod:`.layers` (the build installing them). What a Feature *is* (its metadata, options,
 order, requests, the lock's format) is :mod:`cloister_core.devcontainer.featureset`'s.
 """
+
+__all__ = ["resolve"]  # what the commands use (imported when first used)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cloister_cli.images.features import cache
 from cloister_cli.images.features.oci import Client, FeatureFetchError, Reference
-from cloister_cli.images.projectimages.context import read_file, scan
+from cloister_cli.images.projectimages.context import OVERLAY_MODE, read_file, scan
 from cloister_cli.images.projectimages.model import Entry, ProjectImageError
 from cloister_core import beneath
 from cloister_core.devcontainer import Devcontainer, Feature, MountSpec, Override
@@ -179,12 +179,21 @@ def plan_features(
     )
 
 
+def refusal(devcontainer: Devcontainer | None) -> str | None:
+    """Why a start stops on *devcontainer*'s Features: those the loader refused
+    (untrusted, a URL, a retired short name, outside ``.devcontainer/``), even when it
+    refused them all (none is left to install); None when it refused none."""
+    if devcontainer is None or not devcontainer.refused_features:
+        return None
+    shown = "; ".join(item.render(devcontainer.path) for item in devcontainer.refused_features)
+    return f"cannot install these Features: {shown}"
+
+
 def check_refused(devcontainer: Devcontainer) -> None:
-    """Stop on a Feature the loader refused (untrusted, a URL, outside ``.devcontainer/``)."""
-    refused = devcontainer.refused_features
-    if refused:
-        shown = "; ".join(item.render(devcontainer.path) for item in refused)
-        raise FeaturesError(f"cannot install these Features: {shown}")
+    """Stop on a Feature the loader refused (:func:`refusal`)."""
+    why = refusal(devcontainer)
+    if why is not None:
+        raise FeaturesError(why)
 
 
 def with_requests(devcontainer: Devcontainer, plan: FeaturePlan) -> Devcontainer:
@@ -209,12 +218,21 @@ def write_lock(plan: FeaturePlan, project_root: Path) -> bool:
     path = plan.lock.path
     root, relative = _beneath(path, project_root)
     try:
-        beneath.replace_file(root, relative, plan.lock_text, mode=0o644)
+        beneath.replace_file(root, relative, plan.lock_text, mode=OVERLAY_MODE)
     except OSError as error:
         raise FeaturesError(
             f"cannot write the Feature lock file {path}: {error.strerror or error}"
         ) from None
     return True
+
+
+def to_write(plan: FeaturePlan | None) -> dict[Path, bytes]:
+    """What :func:`write_lock` writes before the image is built (path: content): the
+    overlay its plan is hashed with, so that it has the key the build will have when
+    the lock is in a build context (:func:`~cloister_cli.images.projectimages.context.scan`)."""
+    if plan is None or plan.lock_text is None:
+        return {}
+    return {plan.lock.path: plan.lock_text.encode("utf-8")}
 
 
 def _beneath(path: Path, project_root: Path) -> tuple[Path, str]:
@@ -465,8 +483,14 @@ def for_start(
     dry_run: bool = False,
 ) -> FeaturePlan | None:
     """The Features of a start's devcontainer (None without any), resolved with the
-    start's settings; a start (not a dry run) writes the lock file on first use."""
-    if devcontainer is None or not devcontainer.has_features:
+    start's settings; nothing written (a start writes the lock file with
+    :func:`write_lock` once the shape is checked). A start stops on a refused Feature
+    (:func:`check_refused`), also when no other is left to install."""
+    if devcontainer is None:
+        return None
+    if not dry_run:
+        check_refused(devcontainer)
+    if not devcontainer.has_features:
         return None
     settings = Context(
         paths=cli.paths,
@@ -476,10 +500,7 @@ def for_start(
         trusted=cli.config.devcontainer.trusted_features,
         blocked_paths=(cli.paths.config_dir, cli.paths.data_dir),
     )
-    plan = plan_features(settings, devcontainer, dry_run=dry_run)
-    if not dry_run:
-        write_lock(plan, root)
-    return plan
+    return plan_features(settings, devcontainer, dry_run=dry_run)
 
 
 def lock_input(devcontainer: Devcontainer | None) -> list[Path]:

@@ -23,8 +23,11 @@ each file of each build context (name, mode, content; ``.git`` and what
 ``.dockerignore`` excludes are left out, of the hash *and* of what is sent to Docker,
 so both are the same set), the build arguments and target, the IDs of the images it
 starts from, and the cloister layer. An image with that key is reused; any change
-makes a new one. ``<data>/cache/images/<project>.json`` records the project's current
-key, which ``cloister images prune`` keeps.
+makes a new one. The Features' lock file a first start writes before it builds is in a
+build context when the context holds it: the plan hashes it as it will be written (the
+``overlay`` of ``plan_project_image``), so a dry run shows the tag the start builds.
+``<data>/cache/images/<project>.json`` records the project's current key, which
+``cloister images prune`` keeps.
 
 The project is the agent's to write, so its files are read as hostile: nothing is
 followed through a symbolic link (a link is hashed and sent as a link, as Docker
@@ -62,7 +65,6 @@ if TYPE_CHECKING:
     )
     from cloister_cli.images.projectimages.plan import (
         ensure_project_image,
-        load_project_devcontainer,
         plan_project_image,
     )
     from cloister_cli.images.projectimages.store import (
@@ -93,7 +95,6 @@ __all__ = [
     "Removal",
     "ensure_project_image",
     "list_project_images",
-    "load_project_devcontainer",
     "plan_project_image",
     "project_tag",
     "prunable",
@@ -118,7 +119,6 @@ _HOMES = {
     "ProjectImageError": "model",
     "project_tag": "model",
     "ensure_project_image": "plan",
-    "load_project_devcontainer": "plan",
     "plan_project_image": "plan",
     "ProjectImage": "store",
     "Prunable": "store",

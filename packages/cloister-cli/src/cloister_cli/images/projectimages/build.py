@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import tempfile
 
-import docker
 import docker.errors
 
+from cloister_cli.container.engine import Engine
 from cloister_cli.images.builds import BuildOutput
 from cloister_cli.images.projectimages.context import context_tar
 from cloister_cli.images.projectimages.model import (
@@ -24,9 +24,7 @@ from cloister_cli.images.projectimages.model import (
 )
 
 
-def build_chain(
-    client: docker.DockerClient, plan: ImagePlan, progress: Progress, *, no_cache: bool
-) -> str:
+def build_chain(client: Engine, plan: ImagePlan, progress: Progress, *, no_cache: bool) -> str:
     """Run the plan's builds in order; the final image's ID (tagged and labelled)."""
     assert plan.key is not None  # noqa: S101 - only called for a plan that builds
     image = plan.start
@@ -53,7 +51,7 @@ def build_chain(
 
 
 def _build_one(
-    client: docker.DockerClient,
+    client: Engine,
     build: Build,
     args: dict[str, str],
     *,

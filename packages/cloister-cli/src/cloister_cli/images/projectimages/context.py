@@ -1,5 +1,11 @@
 """Reading the project as hostile: regular files only, digests, ``.dockerignore``, the
-scan of a build context, and the context tar sent to Docker (the same set as hashed)."""
+scan of a build context, and the context tar sent to Docker (the same set as hashed).
+
+A plan may scan a context as a start will find it once it has written its own files
+there (the Features' lock file): :func:`scan`'s *overlay*, each one a regular file of
+:data:`OVERLAY_MODE`, as :func:`cloister_core.beneath.replace_file` writes it. A build
+scans again what is there then: what it hashes is what it sends.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import io
 import os
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -19,19 +25,18 @@ from cloister_cli.images.projectimages.model import DOCKERFILE_NAME, Build, Entr
 from cloister_core import beneath
 
 _CHUNK = 256 * 1024
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+OVERLAY_MODE = 0o644  # the mode of a file a start writes into the project
 
 
 @contextlib.contextmanager
 def _open_regular(path: Path) -> Iterator[IO[bytes]]:
     """*path* opened for reading if it is a regular file (never through a link, never a FIFO)."""
     try:
-        descriptor = os.open(path, _OPEN_FILE)
+        descriptor = beneath.open_regular(path)
+    except beneath.NotRegularError:
+        raise ProjectImageError(f"{path} is not a regular file") from None
     except OSError as error:
         raise ProjectImageError(f"cannot read {path}: {error.strerror}") from None
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        os.close(descriptor)
-        raise ProjectImageError(f"{path} is not a regular file")
     os.set_blocking(descriptor, True)
     with os.fdopen(descriptor, "rb") as handle:
         yield handle
@@ -70,13 +75,20 @@ def _raise(error: OSError) -> None:
     raise error
 
 
-def _walk(context: Path, matcher: PatternMatcher) -> list[str]:
+def _walk(context: Path, matcher: PatternMatcher, overlay: Mapping[str, bytes]) -> list[str]:
     """The names ``PatternMatcher.walk`` gives (what Docker would be sent), walked without
-    recursion (:func:`beneath.walk`): the agent can nest the context a thousand deep."""
+    recursion (:func:`beneath.walk`): the agent can nest the context a thousand deep.
+    The *overlay*'s names (relative to *context*) are files of the directory holding them."""
     names: list[str] = []
     for directory, subdirectories, others in beneath.walk(context, onerror=_raise):
         relative = os.path.relpath(directory, context)
         prefix = "" if relative == "." else f"{relative}/"
+        present = {*others, *subdirectories}
+        others += [
+            name
+            for name in (each.rpartition("/")[2] for each in overlay)
+            if prefix + name in overlay and name not in present
+        ]
         names += [prefix + name for name in others if not _ignored(matcher, prefix + name)]
         entered = []
         for name in subdirectories:
@@ -93,12 +105,15 @@ def _walk(context: Path, matcher: PatternMatcher) -> list[str]:
     return names
 
 
-def scan(context: Path) -> tuple[Entry, ...]:
-    """Every path of *context* Docker would be sent, in sorted order, with its digest."""
+def scan(context: Path, overlay: Mapping[Path, bytes] | None = None) -> tuple[Entry, ...]:
+    """Every path of *context* Docker would be sent, in sorted order, with its digest;
+    with the files of *overlay* (absolute paths: those outside *context* do not count) as
+    they will be once written."""
     matcher = PatternMatcher(_ignore_patterns(context))
+    written = _relative(overlay or {}, context)
     entries: list[Entry] = []
     try:
-        names = sorted(_walk(context, matcher))
+        names = sorted(_walk(context, matcher, written))
     except OSError as error:
         raise ProjectImageError(f"cannot read the build context {context}: {error}") from None
     for name in names:
@@ -106,11 +121,15 @@ def scan(context: Path) -> tuple[Entry, ...]:
         try:
             info = path.lstat()
         except FileNotFoundError:
+            if name in written:
+                entries.append(_written(name, written[name]))
             continue  # gone while we walked
         except OSError as error:  # a path too long for the kernel, nested that deep
             raise ProjectImageError(f"cannot read {path}: {error.strerror}") from None
         mode = stat.S_IMODE(info.st_mode)
-        if stat.S_ISDIR(info.st_mode):
+        if name in written and not stat.S_ISDIR(info.st_mode):
+            entries.append(_written(name, written[name]))
+        elif stat.S_ISDIR(info.st_mode):
             entries.append(Entry(name, "dir", mode, ""))
         elif stat.S_ISLNK(info.st_mode):
             entries.append(Entry(name, "link", mode, str(path.readlink())))
@@ -118,6 +137,21 @@ def scan(context: Path) -> tuple[Entry, ...]:
             entries.append(Entry(name, "file", mode, _file_digest(path)))
         # FIFOs, sockets and devices are not sent (the docker SDK skips sockets too).
     return tuple(entries)
+
+
+def _relative(overlay: Mapping[Path, bytes], context: Path) -> dict[str, bytes]:
+    """The files of *overlay* inside *context*, by their name relative to it."""
+    base = Path(os.path.normpath(context.absolute()))
+    found: dict[str, bytes] = {}
+    for path, content in overlay.items():
+        absolute = Path(os.path.normpath(path.absolute()))
+        if absolute != base and absolute.is_relative_to(base):
+            found[absolute.relative_to(base).as_posix()] = content
+    return found
+
+
+def _written(name: str, content: bytes) -> Entry:
+    return Entry(name, "file", OVERLAY_MODE, hashlib.sha256(content).hexdigest())
 
 
 def context_tar(build: Build, into: IO[bytes]) -> None:

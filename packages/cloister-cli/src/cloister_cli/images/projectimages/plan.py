@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import docker
 import docker.errors
 
+from cloister_cli.container.engine import Engine
 from cloister_cli.images.features.layers import feature_build, step_lines
 from cloister_cli.images.features.resolve import FeaturePlan, FeaturesError, check_refused
 from cloister_cli.images.projectimages.build import build_chain
@@ -36,39 +36,15 @@ from cloister_cli.images.projectimages.model import (
 )
 from cloister_cli.images.projectimages.store import record_path, write_record
 from cloister_cli.images.sourcetree import source_tree
-from cloister_core.config.models import GlobalConfig
-from cloister_core.devcontainer import Devcontainer, find_devcontainer, load_devcontainer
+from cloister_core.devcontainer import Devcontainer
 from cloister_core.fileio import locked
 from cloister_core.names import validate_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
 
 
-def load_project_devcontainer(
-    paths: CloisterPaths,
-    config: GlobalConfig,
-    root: Path,
-    *,
-    home: Path,
-    environ: Mapping[str, str],
-    explicit: Path | None = None,
-) -> Devcontainer | None:
-    """The project's devcontainer.json read with the user's trusted Features, or None."""
-    found = find_devcontainer(root, explicit)
-    if found is None:
-        return None
-    return load_devcontainer(
-        found,
-        project_root=root,
-        home=home,
-        environ=environ,
-        trusted_features=config.devcontainer.trusted_features,
-        blocked_paths=(paths.config_dir, paths.data_dir),
-    )
-
-
 def plan_project_image(
-    client: docker.DockerClient,
+    client: Engine,
     paths: CloisterPaths,
     *,
     project: str,
@@ -77,15 +53,18 @@ def plan_project_image(
     base_image: str,
     source: Path | None = None,
     features: FeaturePlan | None = None,
+    overlay: Mapping[Path, bytes] | None = None,
 ) -> ImagePlan:
     """The image ``cloister start`` would run, without building anything.
 
     *source* is Cloister's source tree (for the ``hostexec`` client; found when None
     and needed); *features* the devcontainer's Features, resolved
-    (:func:`cloister_cli.images.features.plan_features`). Reads the project's files and asks
-    the engine about images; raises :class:`ProjectImageError` for Features not
-    resolved (or not fetched), a devcontainer image that is not on this machine, or an
-    unusable ``.cloister/Dockerfile``.
+    (:func:`cloister_cli.images.features.plan_features`); *overlay* the files a start
+    writes before it builds (absolute path: content), hashed as if they were there
+    (:func:`~cloister_cli.images.projectimages.context.scan`: a build scans again what
+    is). Reads the project's files and asks the engine about images; raises
+    :class:`ProjectImageError` for Features not resolved (or not fetched), a devcontainer
+    image that is not on this machine, or an unusable ``.cloister/Dockerfile``.
     """
     validate_name(project, what="project")
     if devcontainer is not None and devcontainer.has_features:
@@ -116,6 +95,7 @@ def plan_project_image(
             digest=digest,
             steps=steps,
             builds=builds,
+            overlay=overlay,
         )
         # The cloister layer before the Features: the same on the same image with or
         # without them, so Docker's cache has it when Features are added or changed.
@@ -129,7 +109,7 @@ def plan_project_image(
     if project_dockerfile is not None:
         context = project_dockerfile.parent
         text = read_file(project_dockerfile)
-        entries = scan(context)
+        entries = scan(context, overlay)
         digest.add("project-dockerfile", text)
         digest.add_entries("project-context", entries)
         builds.append(Build(str(PROJECT_DOCKERFILE), text, context, entries, chained=True))
@@ -142,7 +122,7 @@ def plan_project_image(
 
 
 def ensure_project_image(
-    client: docker.DockerClient,
+    client: Engine,
     paths: CloisterPaths,
     *,
     project: str,
@@ -209,7 +189,7 @@ class _Digest:
 
 
 def _plan_devcontainer(
-    client: docker.DockerClient,
+    client: Engine,
     root: Path,
     *,
     project: str,
@@ -217,6 +197,7 @@ def _plan_devcontainer(
     digest: _Digest,
     steps: list[str],
     builds: list[Build],
+    overlay: Mapping[Path, bytes] | None,
 ) -> str | None:
     """Add the devcontainer's part; the ID of the image to build on (None: built first)."""
     digest.add("devcontainer.json", read_file(devcontainer.path))
@@ -235,7 +216,7 @@ def _plan_devcontainer(
     if image_source.dockerfile is None or image_source.context is None:
         raise ProjectImageError(f"{devcontainer.path}: a build without a Dockerfile")
     text = read_file(image_source.dockerfile)
-    entries = scan(image_source.context)
+    entries = scan(image_source.context, overlay)
     args = dict(sorted(image_source.args.items()))
     digest.add("dockerfile", text)
     digest.add_entries("context", entries)
@@ -336,7 +317,7 @@ def _project_dockerfile(root: Path) -> Path | None:
     return path
 
 
-def _image_id(client: docker.DockerClient, name: str, project: str | None = None) -> str | None:
+def _image_id(client: Engine, name: str, project: str | None = None) -> str | None:
     """The ID of the image *name*, None if it is not on this machine. With *project*,
     another project's own image is refused: it may hold that project's files (a
     Dockerfile's ``COPY . /src``), which this project's agent must not read."""
@@ -357,12 +338,12 @@ def _image_id(client: docker.DockerClient, name: str, project: str | None = None
     return str(image.id) if image.id else None
 
 
-def project_image_id(client: docker.DockerClient, name: str, project: str) -> str | None:
+def project_image_id(client: Engine, name: str, project: str) -> str | None:
     """:func:`_image_id` for another module (compose services start from images too)."""
     return _image_id(client, name, project)
 
 
-def _image_user(client: docker.DockerClient, image: str) -> str:
+def _image_user(client: Engine, image: str) -> str:
     """The user *image* ends as (``Config.User``); "?" when it cannot be known."""
     try:
         config = client.images.get(image).attrs.get("Config") or {}
@@ -371,7 +352,7 @@ def _image_user(client: docker.DockerClient, image: str) -> str:
     return str(config.get("User") or "")
 
 
-def _has_key(client: docker.DockerClient, tag: str, key: str) -> bool:
+def _has_key(client: Engine, tag: str, key: str) -> bool:
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import docker
 import docker.errors
 
+from cloister_cli.container.engine import Engine
 from cloister_cli.images.projectimages.model import KEY_LABEL, PROJECT_LABEL, TAG_PREFIX, ImagePlan
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write, locked
@@ -34,7 +34,7 @@ def read_record(paths: CloisterPaths, project: str) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
-def write_record(client: docker.DockerClient, record: Path, plan: ImagePlan) -> None:
+def write_record(client: Engine, record: Path, plan: ImagePlan) -> None:
     """Record *plan* as the project's current image (with the image's ID, if it exists)."""
     built = None
     image_id = None
@@ -86,7 +86,7 @@ class ProjectImage:
         }
 
 
-def list_project_images(client: docker.DockerClient, paths: CloisterPaths) -> list[ProjectImage]:
+def list_project_images(client: Engine, paths: CloisterPaths) -> list[ProjectImage]:
     """Cloister's project images, by project and newest first."""
     users: dict[str, list[str]] = {}
     for container in client.api.containers(all=True):
@@ -165,7 +165,7 @@ class Removal:
 
 
 def prune_project_images(
-    client: docker.DockerClient,
+    client: Engine,
     paths: CloisterPaths,
     chosen: Sequence[Prunable],
     project_exists: Callable[[str], bool],
@@ -203,7 +203,7 @@ def prune_project_images(
     return results
 
 
-def _remove(client: docker.DockerClient, image: ProjectImage, why: str) -> Removal:
+def _remove(client: Engine, image: ProjectImage, why: str) -> Removal:
     try:
         # By tag: an image someone else tagged too keeps their tag (and stays).
         for tag in image.tags:

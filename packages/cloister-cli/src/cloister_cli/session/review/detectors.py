@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cloister_cli.session.review import jsonc
 from cloister_cli.session.review.files import Entry, digest, inside, lexical_target, shorten
 from cloister_cli.session.review.findings import Finding, FindingKind, finding
 from cloister_cli.session.review.misedetectors import detect_mise
 from cloister_cli.session.review.repodetectors import detect_nested_repositories
 from cloister_cli.session.review.scan import TASKS_FILE, Marked, TreeScan
+from cloister_core import jsonc
 
 Detector = Callable[[TreeScan], Iterable[Finding]]
 

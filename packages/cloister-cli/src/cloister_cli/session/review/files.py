@@ -1,11 +1,11 @@
 """Reading what an agent left behind without being led elsewhere by it.
 
 Everything here is hostile input: a file may be a symbolic link to one of the human's
-secrets, a FIFO that blocks whoever opens it, or gigabytes long. So every open is
-``O_NOFOLLOW | O_NONBLOCK``, every directory below a trusted root is entered with
-``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's descriptor (a planted link in the
-middle of a path is never crossed), only regular files are read, and at most
-:data:`READ_LIMIT` bytes of each.
+secrets, a FIFO that blocks whoever opens it, or gigabytes long. So every file and
+directory is opened as :mod:`cloister_core.beneath` does: every directory below a trusted
+root is entered with ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's descriptor (a
+planted link in the middle of a path is never crossed), only regular files are read
+(``O_NOFOLLOW | O_NONBLOCK``), and at most :data:`READ_LIMIT` bytes of each.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from cloister_core.beneath import open_directory
+from cloister_core import beneath
 
 READ_LIMIT = 1024 * 1024
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 EntryKind = Literal["file", "symlink", "directory", "fifo", "other"]
 
@@ -106,32 +105,18 @@ def read_entry(name: str | Path, *, dir_fd: int | None = None) -> Entry | None:
     if kind != "file":
         return Entry(path, kind, size=info.st_size, mode=info.st_mode)
     try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        data, opened = beneath.read_at(dir_fd, name, READ_LIMIT, expect=info)
+    except beneath.ChangedError:
+        return Entry(path, "other", error="changed while being read")
     except OSError as error:
         return Entry(path, "file", size=info.st_size, mode=info.st_mode, error=error.strerror)
-    try:
-        opened = os.fstat(fd)
-        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
-            return Entry(path, "other", error="changed while being read")
-        chunks: list[bytes] = []
-        remaining = READ_LIMIT
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 256 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return Entry(path, "file", b"".join(chunks), opened.st_size, mode=opened.st_mode)
-    except OSError as error:
-        return Entry(path, "file", size=info.st_size, mode=info.st_mode, error=error.strerror)
-    finally:
-        os.close(fd)
+    return Entry(path, "file", data, opened.st_size, mode=opened.st_mode)
 
 
 def read_below(root: Path, relative: str) -> Entry | None:
     """:func:`read_entry` of ``root/relative`` without crossing a link on the way."""
     *parents, name = relative.split("/")
-    with open_directory(root, parents) as fd:
+    with beneath.open_directory(root, parents) as fd:
         if fd is None:
             return None
         entry = read_entry(name, dir_fd=fd)
@@ -150,7 +135,7 @@ def read_tree(root: Path, relative: str, *, limit: int = 2000) -> list[Entry]:
     pending = [relative]
     while pending and len(found) < limit:
         current = pending.pop()
-        with open_directory(root, current.split("/")) as fd:
+        with beneath.open_directory(root, current.split("/")) as fd:
             if fd is None:
                 continue
             try:

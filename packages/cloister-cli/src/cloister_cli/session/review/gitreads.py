@@ -3,10 +3,11 @@
 Where the human's hooks are, which paths the human's index holds as gitlinks, and what
 a config file says; nothing else of the git directories is looked at.
 
-Every call is an argv list with :func:`cloister_core.gitsafety.git_environment` (no
-fsmonitor, no hooks, no submodule recursion), stdin closed unless it carries a config
-to parse, ``-z`` output and a timeout. A failing or hanging git answers "nothing":
-a review reports what it can see and never raises for what the agent left.
+Every call goes through :func:`cloister_core.gitrun.run_git` (argv, the hardened
+environment of :mod:`cloister_core.gitsafety`: no fsmonitor, no hooks, no submodule
+recursion; stdin closed unless it carries a config to parse; a timeout), with ``-z``
+output. A failing or hanging git answers "nothing": a review reports what it can see and
+never raises for what the agent left.
 
 Config files are never given to git by path: their bytes, read without following
 links (:mod:`.files`), go to ``git config --file -`` on stdin, so what is parsed is
@@ -16,17 +17,15 @@ exactly what was checked.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from cloister_core.gitsafety import git_environment
+from cloister_core.gitrun import GitError, run_git
 
 CALL_TIMEOUT_SECONDS = 60.0
 CONFIG_TIMEOUT_SECONDS = 15.0
-GITLINK_MODE = b"160000"
+GITLINK_MODE = "160000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,42 +36,26 @@ class ParsedConfig:
     error: str | None = None  # git could not parse it
 
 
-@dataclass(slots=True)
+def _shown(text: str) -> str:
+    """*text* as git wrote it, its bytes that are not UTF-8 replaced (it is shown)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class Git:
-    """Runs git for one review (the program and its environment looked up once)."""
+    """The git questions of one review."""
 
-    program: str | None = field(default_factory=lambda: shutil.which("git"))
-    environment: Mapping[str, str] = field(
-        default_factory=lambda: git_environment(os.environ, hooks=False)
-    )
-    # Hardened but for core.hooksPath, which hooks=False points at /dev/null: only to
-    # ask where the human's hooks are (rev-parse runs no hook).
-    hooks_environment: Mapping[str, str] = field(
-        default_factory=lambda: git_environment(os.environ, hooks=True)
-    )
-
+    @staticmethod
     def _run(
-        self,
         args: list[str],
         *,
         cwd: Path | None = None,
         stdin: bytes | None = None,
         timeout: float = CALL_TIMEOUT_SECONDS,
-        environment: Mapping[str, str] | None = None,
-    ) -> subprocess.CompletedProcess[bytes] | None:
-        if self.program is None:
-            return None
+        hooks: bool = False,
+    ) -> subprocess.CompletedProcess[str] | None:
         try:
-            return subprocess.run(
-                [self.program, *args],
-                cwd=cwd,
-                input=stdin if stdin is not None else b"",
-                capture_output=True,
-                env=dict(self.environment if environment is None else environment),
-                timeout=timeout,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
+            return run_git(*args, cwd=cwd, check=False, input=stdin, hooks=hooks, timeout=timeout)
+        except GitError:
             return None
 
     def gitlinks(self, worktree: Path) -> dict[str, str]:
@@ -81,22 +64,21 @@ class Git:
         if result is None or result.returncode != 0:
             return {}
         gitlinks: dict[str, str] = {}
-        for record in result.stdout.split(b"\0"):
-            meta, tab, name = record.partition(b"\t")
+        for record in result.stdout.split("\0"):
+            meta, tab, name = record.partition("\t")
             fields = meta.split()
             if tab and len(fields) == 3 and fields[0] == GITLINK_MODE:
-                gitlinks[os.fsdecode(name)] = fields[1].decode("ascii", "replace")
+                gitlinks[name] = _shown(fields[1])
         return gitlinks
 
     def hooks_dir(self, worktree: Path) -> Path | None:
         """Where git looks for this work tree's hooks (``core.hooksPath`` honoured)."""
-        result = self._run(
-            ["-C", str(worktree), "rev-parse", "--git-path", "hooks"],
-            environment=self.hooks_environment,
-        )
+        # Hardened but for core.hooksPath, which is otherwise pointed at /dev/null: only
+        # to ask where the human's hooks are (rev-parse runs no hook).
+        result = self._run(["-C", str(worktree), "rev-parse", "--git-path", "hooks"], hooks=True)
         if result is None or result.returncode != 0:
             return None
-        text = os.fsdecode(result.stdout).strip()
+        text = result.stdout.strip()
         if not text:
             return None
         path = Path(text)
@@ -113,10 +95,10 @@ class Git:
         if result is None:
             return ParsedConfig(error="git could not be run")
         if result.returncode != 0:
-            message = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            message = _shown(result.stderr).strip().splitlines()
             return ParsedConfig(error=message[0] if message else f"exit {result.returncode}")
         entries: list[tuple[str, str | None]] = []
-        for record in result.stdout.decode("utf-8", "replace").split("\0"):
+        for record in _shown(result.stdout).split("\0"):
             if not record:
                 continue
             key, newline, value = record.partition("\n")

@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from cloister_core import beneath
 from cloister_core.snapshots import POOL_FILE
 
 Method = Literal["reflink", "hardlink", "copy"]
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block
 # A pack is usable once its index is there: git writes the .pack first, the .idx last.
 _PACK_NEEDS_INDEX = (".pack", ".rev", ".bitmap", ".mtimes", ".promisor")
 SPARSE_MINIMUM = 1024 * 1024  # smaller files may be sparse by a block's rounding
@@ -45,7 +44,7 @@ def _is_hex(name: str) -> bool:
 @contextlib.contextmanager
 def _directory_at(fd: int, name: str) -> Iterator[int | None]:
     try:
-        child = os.open(name, _DIRECTORY, dir_fd=fd)
+        child = beneath.open_dir(name, dir_fd=fd)
     except OSError:
         yield None
         return
@@ -66,7 +65,7 @@ def object_files(objects: Path) -> list[str]:
     left out."""
     found: list[str] = []
     try:
-        top = os.open(objects, _DIRECTORY)
+        top = beneath.open_dir(objects)
     except OSError:
         return found
     try:
@@ -104,7 +103,7 @@ def _open_parent(root_fd: int, relative: str, *, create: bool) -> Iterator[tuple
     try:
         for part in parts:
             try:
-                child = os.open(part, _DIRECTORY, dir_fd=fd)
+                child = beneath.open_dir(part, dir_fd=fd)
             except OSError as error:
                 if not create:
                     raise
@@ -113,7 +112,7 @@ def _open_parent(root_fd: int, relative: str, *, create: bool) -> Iterator[tuple
                 ):
                     os.unlink(part, dir_fd=fd)  # a link git never made
                 os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, _DIRECTORY, dir_fd=fd)
+                child = beneath.open_dir(part, dir_fd=fd)
             os.close(fd)
             fd = child
         yield fd, name
@@ -189,12 +188,11 @@ def _open_regular(directory_fd: int, relative: str) -> int | None:
     hole would cost 2 GB)."""
     try:
         with _open_parent(directory_fd, relative, create=False) as (fd, name):
-            source = os.open(name, _READ, dir_fd=fd)
+            source = beneath.open_regular(name, dir_fd=fd)
     except OSError:
         return None
     info = os.fstat(source)
-    sparse = info.st_size > SPARSE_MINIMUM and info.st_blocks * 512 < info.st_size // 2
-    if not stat.S_ISREG(info.st_mode) or sparse:
+    if info.st_size > SPARSE_MINIMUM and info.st_blocks * 512 < info.st_size // 2:
         os.close(source)
         return None
     return source
@@ -246,8 +244,8 @@ def transfer(
     """
     done: list[str] = []
     target.mkdir(parents=True, exist_ok=True)
-    source_fd = os.open(source, _DIRECTORY)
-    target_fd = os.open(target, _DIRECTORY)
+    source_fd = beneath.open_dir(source)
+    target_fd = beneath.open_dir(target)
     try:
         existing = _existing(target_fd) if displace is None else set()
         for name in names:
@@ -277,26 +275,13 @@ def _differs(source: int, directory: int, leaf: str, name: str, displace: Path |
     out of git's way); never, without *displace*."""
     if displace is None:
         return False
-    present = os.open(leaf, _READ, dir_fd=directory)
+    present = beneath.open_regular(leaf, dir_fd=directory)
     try:
         if _same_contents(source, present):
             return False
     finally:
         os.close(present)
-    aside = displace / name
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(leaf, aside, src_dir_fd=directory)
-    except OSError as error:
-        if error.errno != errno.EXDEV:
-            raise
-        moved = os.open(leaf, _READ, dir_fd=directory)  # another filesystem: copy, then unlink
-        try:
-            with open(moved, "rb", closefd=False) as reader, aside.open("xb") as writer:
-                shutil.copyfileobj(reader, writer, 1024 * 1024)
-        finally:
-            os.close(moved)
-        os.unlink(leaf, dir_fd=directory)
+    beneath.move_out(directory, leaf, displace / name)
     return True
 
 
@@ -317,7 +302,7 @@ def prune(pool: Path, needed: set[str]) -> int:
     """Remove the pool files no kept snapshot needs; how many were removed."""
     removed = 0
     try:
-        top = os.open(pool, _DIRECTORY)
+        top = beneath.open_dir(pool)
     except OSError:
         return 0
     try:

@@ -29,7 +29,6 @@ No filter runs, and git looks for the repository in the work tree only
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +41,6 @@ from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
 from cloister_core.snapshots import SnapshotError, SnapshotRecord, pool_dir
 
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # The git directory's entries that are the human's (read-only inside a cloister): a link
 # there is theirs, not planted.
 _HUMANS = frozenset({"hooks", "config", "worktrees", "modules"})
@@ -194,7 +191,7 @@ def _before(
 
 def _real_directory(parent: Path, name: str, rebuilt: list[str]) -> None:
     """*parent*/*name* as a directory (a link or other non-directory there is removed)."""
-    fd = os.open(parent, _DIRECTORY)
+    fd = beneath.open_dir(parent)
     try:
         try:
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -376,19 +373,8 @@ def _displace(run: SnapshotGit, record: SnapshotRecord, destination: Path) -> in
         parts = name.split("/")
         if not any("/".join(parts[:end]) in tracked for end in range(1, len(parts) + 1)):
             continue
-        aside = destination / name
-        aside.parent.mkdir(parents=True, exist_ok=True)
         with beneath.parent_of(worktree, name) as (directory, leaf):
-            try:
-                os.rename(leaf, aside, src_dir_fd=directory)
-            except OSError:
-                source = os.open(leaf, _READ, dir_fd=directory)  # another filesystem
-                try:
-                    with open(source, "rb", closefd=False) as reader, aside.open("xb") as writer:
-                        shutil.copyfileobj(reader, writer, 1024 * 1024)
-                finally:
-                    os.close(source)
-                os.unlink(leaf, dir_fd=directory)
+            beneath.move_out(directory, leaf, destination / name)
         moved += 1
     return moved
 

@@ -53,7 +53,6 @@ MAX_SKIPPED_NAMES = 100
 # The index is copied, never linked: bounded, and a sparse one is refused (git never
 # writes one; an agent's `truncate -s 4G .git/index` would cost that much disk).
 MAX_INDEX_BYTES = 1024**3
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,13 +183,13 @@ def _copy_index(git_dir: Path, destination: Path) -> None:
     is a regular file git could have written; no index is no copy."""
     try:
         with beneath.parent_of(git_dir, "index") as (directory, name):
-            source = os.open(name, _READ, dir_fd=directory)
+            source = beneath.open_regular(name, dir_fd=directory)
     except FileNotFoundError:
         return
+    except beneath.NotRegularError:
+        raise SnapshotError(f"{git_dir / 'index'} is not a regular file") from None
     try:
         info = os.fstat(source)
-        if not stat.S_ISREG(info.st_mode):
-            raise SnapshotError(f"{git_dir / 'index'} is not a regular file")
         if info.st_size > MAX_INDEX_BYTES or info.st_blocks * 512 < info.st_size // 2:
             raise SnapshotError(
                 f"{git_dir / 'index'} is {info.st_size} bytes"

@@ -1,4 +1,4 @@
-"""cloister_cli.start.starting: what is checked between the shape's approval and the build."""
+"""cloister_cli.start.apply: what is checked between the shape's approval and the build."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cloister_cli.images.shape import ShapeChangedError
-from cloister_cli.start import starting
+from cloister_cli.start import apply
 from cloister_core.devcontainer import Devcontainer, load_devcontainer
 
 
@@ -33,7 +33,7 @@ def test_the_devcontainer_read_again_is_used_when_it_names_the_same_features(
 ) -> None:
     _write(tmp_path, {"ghcr.io/devcontainers/features/node:1": {"version": "20"}})
     first = _load(tmp_path)
-    assert starting.checked_devcontainer(first, lambda: _load(tmp_path)) == first
+    assert apply.checked_devcontainer(first, lambda: _load(tmp_path)) == first
 
 
 def test_features_changed_while_the_human_was_asked_stop_the_start(tmp_path: Path) -> None:
@@ -43,4 +43,4 @@ def test_features_changed_while_the_human_was_asked_stop_the_start(tmp_path: Pat
     first = _load(tmp_path)
     _write(tmp_path, {"ghcr.io/devcontainers/features/node:1": {"version": "21"}})
     with pytest.raises(ShapeChangedError, match="changed while you were asked"):
-        starting.checked_devcontainer(first, lambda: _load(tmp_path))
+        apply.checked_devcontainer(first, lambda: _load(tmp_path))

@@ -13,7 +13,7 @@ import pytest
 
 from cloister_cli.container.cloisters import CloisterStartError
 from cloister_cli.repo import git
-from cloister_cli.start import starting
+from cloister_cli.start.worktree import make_worktree
 from cloister_core.owngit import POINTER
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
@@ -36,7 +36,7 @@ def registered(repo: Path) -> list[str]:
 
 def test_a_new_branch_is_made_from_head_and_the_pointer_written(repo: Path, tmp_path: Path) -> None:
     destination = tmp_path / "data" / "worktrees" / "api" / "feature-login"
-    starting.make_worktree(repo, destination, "feature/login")
+    make_worktree(repo, destination, "feature/login")
     assert (destination / ".git").read_text(encoding="utf-8") == POINTER
     assert sorted(path.name for path in destination.iterdir()) == [".git"]  # files: later
     assert run_git(repo, "rev-parse", "feature/login") == run_git(repo, "rev-parse", "HEAD")
@@ -47,7 +47,7 @@ def test_a_new_branch_is_made_from_head_and_the_pointer_written(repo: Path, tmp_
 def test_the_humans_git_there_finds_no_repository(repo: Path, tmp_path: Path) -> None:
     """Rather than the agent's state: its .git names a path that exists only inside."""
     destination = tmp_path / "trees" / "feature"
-    starting.make_worktree(repo, destination, "feature")
+    make_worktree(repo, destination, "feature")
     result = subprocess.run(
         [GIT, "-C", str(destination), "status"], capture_output=True, text=True, check=False
     )
@@ -60,15 +60,15 @@ def test_an_existing_branch_is_left_where_it_is(repo: Path, tmp_path: Path) -> N
     run_git(repo, "commit", "-q", "--allow-empty", "-m", "second")
     tip = run_git(repo, "rev-parse", "HEAD")
     run_git(repo, "checkout", "-q", "main")
-    starting.make_worktree(repo, tmp_path / "trees" / "existing", "existing")
+    make_worktree(repo, tmp_path / "trees" / "existing", "existing")
     assert run_git(repo, "rev-parse", "existing") == tip
 
 
 def test_making_it_again_changes_nothing(repo: Path, tmp_path: Path) -> None:
     destination = tmp_path / "trees" / "feature"
-    starting.make_worktree(repo, destination, "feature")
+    make_worktree(repo, destination, "feature")
     (destination / "work").write_text("the agent's\n", encoding="utf-8")
-    starting.make_worktree(repo, destination, "feature")
+    make_worktree(repo, destination, "feature")
     assert (destination / "work").read_text(encoding="utf-8") == "the agent's\n"
     assert (destination / ".git").read_text(encoding="utf-8") == POINTER
 
@@ -76,7 +76,7 @@ def test_making_it_again_changes_nothing(repo: Path, tmp_path: Path) -> None:
 def test_an_invalid_name_is_refused_before_touching_disk(repo: Path, tmp_path: Path) -> None:
     destination = tmp_path / "trees" / "x"
     with pytest.raises(git.GitError, match=re.escape("'a..b' is not a valid branch name")):
-        starting.make_worktree(repo, destination, "a..b")
+        make_worktree(repo, destination, "a..b")
     assert not destination.parent.exists()
 
 
@@ -85,7 +85,7 @@ def test_a_repository_without_a_commit_is_refused(tmp_path: Path) -> None:
     repo.mkdir()
     run_git(repo, "init", "-q", "-b", "main")
     with pytest.raises(CloisterStartError, match="-b needs a commit to start from"):
-        starting.make_worktree(repo, tmp_path / "trees" / "feature", "feature")
+        make_worktree(repo, tmp_path / "trees" / "feature", "feature")
     assert not (tmp_path / "trees").exists()
 
 
@@ -93,7 +93,7 @@ def test_a_git_directory_there_is_refused(repo: Path, tmp_path: Path) -> None:
     destination = tmp_path / "trees" / "feature"
     (destination / ".git").mkdir(parents=True)
     with pytest.raises(CloisterStartError, match=r"\.git is not the file Cloister makes"):
-        starting.make_worktree(repo, destination, "feature")
+        make_worktree(repo, destination, "feature")
     assert (destination / ".git").is_dir()
 
 
@@ -104,13 +104,13 @@ def test_a_git_link_there_is_refused_and_not_followed(repo: Path, tmp_path: Path
     elsewhere.write_text("gitdir: /somewhere/else\n", encoding="utf-8")
     (destination / ".git").symlink_to(elsewhere)
     with pytest.raises(CloisterStartError, match=r"\.git is not the file Cloister makes"):
-        starting.make_worktree(repo, destination, "feature")
+        make_worktree(repo, destination, "feature")
     assert (destination / ".git").is_symlink()
     assert elsewhere.read_text(encoding="utf-8") == "gitdir: /somewhere/else\n"
     (destination / ".git").unlink()
     (destination / ".git").symlink_to(tmp_path / "dangling")
     with pytest.raises(CloisterStartError, match=r"\.git is not the file Cloister makes"):
-        starting.make_worktree(repo, destination, "feature")
+        make_worktree(repo, destination, "feature")
     assert not (tmp_path / "dangling").exists()
 
 
@@ -119,7 +119,7 @@ def test_an_older_cloisters_worktree_is_converted(repo: Path, tmp_path: Path) ->
     destination = tmp_path / "trees" / "feature"
     run_git(repo, "worktree", "add", "-q", "-b", "feature", str(destination))
     (destination / "work").write_text("the agent's\n", encoding="utf-8")
-    starting.make_worktree(repo, destination, "feature")
+    make_worktree(repo, destination, "feature")
     assert (destination / ".git").read_text(encoding="utf-8") == POINTER
     assert (destination / "work").read_text(encoding="utf-8") == "the agent's\n"
     assert (destination / "README").read_text(encoding="utf-8") == "hello\n"
@@ -129,5 +129,5 @@ def test_an_older_cloisters_worktree_is_converted(repo: Path, tmp_path: Path) ->
 def test_the_repository_forgets_an_older_cloisters_worktree(repo: Path, tmp_path: Path) -> None:
     destination = tmp_path / "trees" / "feature"
     run_git(repo, "worktree", "add", "-q", "-b", "feature", str(destination))
-    starting.make_worktree(repo, destination, "feature")
+    make_worktree(repo, destination, "feature")
     assert registered(repo) == [str(repo)]
