@@ -320,6 +320,20 @@ def report(results: dict[str, Any]) -> None:
     print(f"  Python start-up is {share:.0%} of the median start -d")
 
 
+def scratch_cli(root: Path, image: str, prefix: str) -> tuple[Cli, Path, str]:
+    """``cloister`` with its own config in *root* (*image* the default, the UI on a free
+    port), and a repository to start a cloister in: the CLI, the repository, its name."""
+    (root / "config").mkdir()
+    (root / "config" / "config.yaml").write_text(
+        f"defaults:\n  image: {image}\nguardian:\n  ui_port: {free_port()}\n",
+        encoding="utf-8",
+    )
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    repo = root / name
+    make_repo(repo)
+    return Cli(root, executable("cloister"), executable("docker")), repo, name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guardian-runs", type=int, default=5, help="0: not measured")
@@ -330,16 +344,7 @@ def main() -> None:
     options = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="cloister-bench-") as scratch:
-        root = Path(scratch)
-        (root / "config").mkdir()
-        (root / "config" / "config.yaml").write_text(
-            f"defaults:\n  image: {options.image}\nguardian:\n  ui_port: {free_port()}\n",
-            encoding="utf-8",
-        )
-        name = f"bench-{secrets.token_hex(3)}"
-        repo = root / name
-        make_repo(repo)
-        cli = Cli(root, executable("cloister"), executable("docker"))
+        cli, repo, name = scratch_cli(Path(scratch), options.image, "bench")
         bare = Bare(cli.docker, options.image, f"cloister-bench-bare-{secrets.token_hex(3)}")
         problems: list[str] = []
         try:

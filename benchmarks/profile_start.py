@@ -40,8 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_cli import BUILD_TIMEOUT_SECONDS, Cli, cleanup, make_repo
-from benchsupport import BenchError, executable, free_port
+from bench_cli import BUILD_TIMEOUT_SECONDS, Cli, cleanup, scratch_cli
+from benchsupport import BenchError
 
 # The library calls whose direct callees are the steps: (module path suffix, function).
 TARGETS = (
@@ -352,15 +352,7 @@ def main() -> None:
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cloister-profile-") as directory:
         root = Path(directory)
-        (root / "config").mkdir()
-        (root / "config" / "config.yaml").write_text(
-            f"defaults:\n  image: {options.image}\nguardian:\n  ui_port: {free_port()}\n",
-            encoding="utf-8",
-        )
-        name = f"profile-{secrets.token_hex(3)}"
-        repo = root / name
-        make_repo(repo)
-        cli = Cli(root, executable("cloister"), executable("docker"))
+        cli, repo, name = scratch_cli(root, options.image, "profile")
         starts: list[dict[str, Any]] = []
         stops: list[dict[str, Any]] = []
         plain_starts: list[dict[str, Any]] = []

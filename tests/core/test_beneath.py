@@ -6,6 +6,8 @@ import contextlib
 import errno
 import os
 import resource
+import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cloister_core import beneath
+from tests.filesystem_support import other_filesystem
 from tests.tree_support import DEPTH, deep_tree
 
 
@@ -347,23 +350,161 @@ def test_open_regular_hands_a_checked_descriptor(directory: tuple[Path, int]) ->
     os.close(beneath.open_regular(root / "link", follow_links=True))
 
 
+def _move(fd: int, name: str, destination: Path, limit: int = 1 << 20) -> None:
+    """move_out of what *name* is now (the caller's lstat)."""
+    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    beneath.move_out(fd, name, destination, expect=info, limit=limit)
+
+
 def test_move_out_moves_a_file_and_never_what_a_link_points_to(
     directory: tuple[Path, int], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     root, fd = directory
     aside = tmp_path_factory.mktemp("aside")
-    beneath.move_out(fd, "small", aside / "deep" / "small")
+    _move(fd, "small", aside / "deep" / "small")
     assert (aside / "deep" / "small").read_bytes() == b"12345"
     assert not (root / "small").exists()
-    beneath.move_out(fd, "link", aside / "link")  # the link itself, not its target
+    _move(fd, "link", aside / "link")  # the link itself, not its target
     assert (aside / "link").readlink() == Path("small")
+    _move(fd, "fifo", aside / "fifo", limit=0)  # renamed: no limit to a rename
+    assert stat.S_ISFIFO(os.lstat(aside / "fifo").st_mode)
 
 
-def test_move_out_copies_across_filesystems(
+def test_move_out_moves_nothing_but_the_entry_the_caller_looked_at(
+    directory: tuple[Path, int], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root, fd = directory
+    aside = tmp_path_factory.mktemp("aside")
+    seen = os.lstat(root / "small")
+    (root / "sub" / "kept").hardlink_to(root / "small")  # its inode number is not reused
+    (root / "other").write_bytes(b"the human's")
+    (root / "other").replace(root / "small")
+    with pytest.raises(beneath.ChangedError, match="'small' changed since it was looked at"):
+        beneath.move_out(fd, "small", aside / "small", expect=seen, limit=100)
+    assert (root / "small").read_bytes() == b"the human's"
+    assert not (aside / "small").exists()
+
+
+@pytest.fixture
+def far(tmp_path: Path) -> Iterator[Path]:
+    """A directory on another filesystem than ``tmp_path``'s (its files are moved into
+    ``tmp_path``, so a rename cannot do)."""
+    with other_filesystem(tmp_path) as made:
+        yield made
+
+
+@pytest.fixture
+def far_fd(far: Path) -> Iterator[int]:
+    fd = beneath.open_dir(far)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def test_move_out_copies_a_file_across_filesystems(far: Path, far_fd: int, tmp_path: Path) -> None:
+    (far / "small").write_bytes(b"12345")
+    assert far.stat().st_dev != tmp_path.stat().st_dev
+    _move(far_fd, "small", tmp_path / "aside" / "small", limit=5)
+    assert (tmp_path / "aside" / "small").read_bytes() == b"12345"
+    assert not (far / "small").exists()
+
+
+def test_move_out_refuses_a_sparse_file_across_filesystems(
+    far: Path, far_fd: int, tmp_path: Path
+) -> None:
+    """An agent's ``truncate -s 1T``: copied, every hole would be written out."""
+    with (far / "big").open("wb") as file:
+        file.truncate(256 * 1024 * 1024)
+    with pytest.raises(beneath.SparseError, match=r"'big' is a sparse file of 268435456 bytes"):
+        _move(far_fd, "big", tmp_path / "aside" / "big", limit=1 << 40)
+    assert (far / "big").stat().st_size == 256 * 1024 * 1024  # left where it was
+    assert not (tmp_path / "aside" / "big").exists()
+    assert issubclass(beneath.SparseError, beneath.TooLargeError)
+
+
+def test_move_out_refuses_a_file_over_its_limit_across_filesystems(
+    far: Path, far_fd: int, tmp_path: Path
+) -> None:
+    (far / "data").write_bytes(b"x" * 1000)
+    with pytest.raises(beneath.TooLargeError, match="'data' is 1000 bytes, over 999"):
+        _move(far_fd, "data", tmp_path / "data", limit=999)
+    assert (far / "data").stat().st_size == 1000
+    assert not (tmp_path / "data").exists()
+    _move(far_fd, "data", tmp_path / "data", limit=1000)  # at the limit: copied
+    assert (tmp_path / "data").read_bytes() == b"x" * 1000
+
+
+def test_move_out_stops_a_file_that_grows_past_its_limit(
+    far: Path, far_fd: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size looked at is not trusted for the copy: more than the limit is no copy."""
+    (far / "data").write_bytes(b"x" * 1000)
+    real_fstat = os.fstat
+
+    def smaller(fd: int) -> os.stat_result:
+        info = real_fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_size == 1000:
+            fields = list(info)
+            fields[stat.ST_SIZE] = 10  # what it was when looked at, before it grew
+            return os.stat_result(fields)
+        return info
+
+    monkeypatch.setattr(os, "fstat", smaller)
+    with pytest.raises(beneath.TooLargeError, match="'data' grew over 100 bytes"):
+        _move(far_fd, "data", tmp_path / "data", limit=100)
+    assert not (tmp_path / "data").exists()  # no part of it
+    assert (far / "data").stat().st_size == 1000
+
+
+def test_move_out_moves_a_fifo_and_a_link_across_filesystems(
+    far: Path, far_fd: int, tmp_path: Path
+) -> None:
+    """Neither holds more than its link text: made again there, as a rename would move
+    them (and a FIFO is never opened, so never waited on)."""
+    os.mkfifo(far / "fifo", 0o640)
+    (far / "link").symlink_to("/etc/hostname")
+    _move(far_fd, "fifo", tmp_path / "aside" / "fifo", limit=0)
+    _move(far_fd, "link", tmp_path / "aside" / "link", limit=0)
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "aside" / "fifo").st_mode)
+    assert (tmp_path / "aside" / "link").readlink() == Path("/etc/hostname")
+    assert not os.path.lexists(far / "fifo")
+    assert not os.path.lexists(far / "link")
+
+
+def test_move_out_leaves_a_socket_or_a_directory_across_filesystems(
+    far: Path, far_fd: int, tmp_path: Path
+) -> None:
+    (far / "dir").mkdir()
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(far / "socket"))
+        for name in ("socket", "dir"):
+            with pytest.raises(beneath.NotRegularError, match=f"{name!r} is no file, link or FIFO"):
+                _move(far_fd, name, tmp_path / "aside" / name)
+            assert os.path.lexists(far / name)
+            assert not os.path.lexists(tmp_path / "aside" / name)
+
+
+def test_move_out_copies_only_the_file_looked_at_across_filesystems(
+    far: Path, far_fd: int, tmp_path: Path
+) -> None:
+    (far / "small").write_bytes(b"12345")
+    seen = os.lstat(far / "small")
+    (far / "kept").hardlink_to(far / "small")  # its inode number is not reused
+    (far / "other").write_bytes(b"the human's")
+    (far / "other").replace(far / "small")
+    with pytest.raises(beneath.ChangedError):
+        beneath.move_out(far_fd, "small", tmp_path / "small", expect=seen, limit=100)
+    assert (far / "small").read_bytes() == b"the human's"
+    assert not (tmp_path / "small").exists()
+
+
+def test_move_out_copies_on_exdev_only(
     directory: tuple[Path, int],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    """Another filesystem is known by the rename's EXDEV; any other failure is raised."""
     root, fd = directory
     aside = tmp_path_factory.mktemp("aside")
 
@@ -371,9 +512,14 @@ def test_move_out_copies_across_filesystems(
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     monkeypatch.setattr(os, "rename", other_filesystem)
-    beneath.move_out(fd, "small", aside / "small")
+    _move(fd, "small", aside / "small")
     assert (aside / "small").read_bytes() == b"12345"
     assert not (root / "small").exists()
-    with pytest.raises(beneath.NotRegularError):  # a FIFO is never opened blocking
-        beneath.move_out(fd, "fifo", aside / "fifo")
-    assert (root / "fifo").exists()
+
+    def denied(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(os, "rename", denied)
+    with pytest.raises(PermissionError):
+        _move(fd, "link", aside / "link")
+    assert (root / "link").is_symlink()

@@ -95,3 +95,47 @@ def test_line_column_is_one_based() -> None:
     _, positions = jsonc.parse_located("[\n1,\n\n 2]")
     for offset in range(10):
         assert positions.line_column(offset) == jsonc.line_column("[\n1,\n\n 2]", offset)
+
+
+def test_lenient_takes_the_last_of_a_key_given_twice() -> None:
+    """As VS Code's and JavaScript's parsers do; strict refuses it."""
+    text = '{"a": 1, "b": {"c": 1, "c": [2]}, "a": 3}'
+    assert jsonc.loads(text, "lenient") == {"a": 3, "b": {"c": [2]}}
+    with pytest.raises(jsonc.JsoncError, match="key 'c' is given twice"):
+        jsonc.loads(text)
+    with pytest.raises(jsonc.JsoncError, match="key 'c' is given twice"):
+        jsonc.loads(text, "strict")
+
+
+def test_lenient_nests_deeper_and_is_still_bounded() -> None:
+    deeper = "[" * (jsonc.MAX_DEPTH + 1) + "]" * (jsonc.MAX_DEPTH + 1)
+    with pytest.raises(jsonc.JsoncError, match=f"over {jsonc.MAX_DEPTH} levels"):
+        jsonc.loads(deeper)
+    expected: list[object] = []
+    for _ in range(jsonc.MAX_DEPTH):
+        expected = [expected]
+    assert jsonc.loads(deeper, "lenient") == expected
+    deepest = '{"a": ' * jsonc.LENIENT_MAX_DEPTH + "1" + "}" * jsonc.LENIENT_MAX_DEPTH
+    value = jsonc.loads(deepest, "lenient")
+    for _ in range(jsonc.LENIENT_MAX_DEPTH):
+        assert isinstance(value, dict)
+        value = value["a"]
+    assert value == 1
+    too_deep = "[" * (jsonc.LENIENT_MAX_DEPTH + 1) + "]" * (jsonc.LENIENT_MAX_DEPTH + 1)
+    with pytest.raises(jsonc.JsoncError, match=f"over {jsonc.LENIENT_MAX_DEPTH} levels") as caught:
+        jsonc.loads(too_deep, "lenient")
+    assert (caught.value.line, caught.value.column) == (1, jsonc.LENIENT_MAX_DEPTH + 1)
+    with pytest.raises(jsonc.JsoncError, match="nested too deeply"):  # never a RecursionError
+        jsonc.loads("[" * 100_000 + "]" * 100_000, "lenient")
+
+
+def test_lenient_refuses_what_is_not_jsonc_as_strict_does() -> None:
+    """Only a key given twice and the depth differ: the rest is the same reader."""
+    text = '{"a": [1, /* c */ 2,], // d\n}'
+    assert jsonc.loads(text, "lenient") == jsonc.loads(text) == {"a": [1, 2]}
+    for bad in ('{"a": NaN}', '{"a" 1}', '{"a": "b\n"}', "", '{"a": 1} /*'):
+        with pytest.raises(jsonc.JsoncError) as strict:
+            jsonc.loads(bad)
+        with pytest.raises(jsonc.JsoncError) as lenient:
+            jsonc.loads(bad, "lenient")
+        assert str(lenient.value) == str(strict.value)

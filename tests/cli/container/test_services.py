@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cloister_cli.container import cloisters, ports, services
-from cloister_cli.images.projectimages.model import KEY_LABEL, PROJECT_LABEL
+from cloister_cli.images.projectimages.model import KEY_LABEL, PROJECT_LABEL, ProjectImageError
 from cloister_cli.session import gc
 from cloister_cli.start import dryrun
 from cloister_core import stack
@@ -180,6 +180,23 @@ def test_a_built_service_image_is_keyed_by_its_inputs_and_reused(tmp_path: Path)
     (source.context or tmp_path).joinpath("redis.conf").write_text("port 6380\n")
     (changed,) = plans_for(engine, tmp_path, service(source=source))
     assert changed.image.tag != plan.image.tag
+
+
+def test_a_build_context_changed_after_it_was_planned_is_never_built(tmp_path: Path) -> None:
+    """The context is scanned when the start plans, and built once the cloister runs:
+    the agent may rewrite it in between. Built anyway, it would be kept under the key of
+    what was read."""
+    engine = FakeEngine()
+    engine.add_image("debian:bookworm-slim")
+    engine.add_network(INSTANCE.cloister("my-api"))
+    cloister = engine.add_container(INSTANCE.cloister("my-api"), {stack.LABEL_CLOISTER: "my-api"})
+    source = write_build(tmp_path, "FROM debian:bookworm-slim\nCOPY redis.conf /etc/\n")
+    plans = plans_for(engine, tmp_path, service(source=source))
+    (tmp_path / "db" / "redis.conf").write_text("port 6666\n")
+    with pytest.raises(ProjectImageError, match=r"'[^']*/db/redis\.conf' changed since it was"):
+        services.start(engine.client, plans, cloister)
+    assert engine.builds == []
+    assert engine.called("containers.run") == []
 
 
 def test_a_build_from_an_image_not_on_this_machine_is_refused(tmp_path: Path) -> None:

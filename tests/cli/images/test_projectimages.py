@@ -31,6 +31,7 @@ from cloister_cli.images.projectimages import (
     ProjectImage,
     ProjectImageError,
 )
+from cloister_cli.images.projectimages import context as tar_context
 from cloister_cli.images.projectimages.context import _ignore_patterns, context_tar, scan
 from cloister_cli.images.projectimages.model import Build as ImageBuild
 from cloister_cli.images.projectimages.plan import from_images
@@ -699,6 +700,32 @@ def test_the_context_tar_is_what_was_hashed(project: Path) -> None:
     with tarfile.open(fileobj=buffer) as archive:
         names = archive.getnames()
     assert names == ["Dockerfile", "devcontainer.json", "setup.sh", ".cloister-build.Dockerfile"]
+
+
+def test_a_file_changed_since_the_scan_stops_the_build(project: Path) -> None:
+    """The scan's digests make the image's key; the agent may write the context before
+    the tar is made of it: what does not hash as scanned is never sent."""
+    context = project / ".devcontainer"
+    build = ImageBuild("x", b"FROM scratch\n", context, scan(context))
+    (context / "setup.sh").write_text("echo SET UP\n")  # the same size, other bytes
+    with pytest.raises(ProjectImageError, match=r"'[^']*/setup\.sh' changed since it was read"):
+        context_tar(build, io.BytesIO())
+
+
+def test_a_file_shortened_while_it_is_sent_stops_the_build(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = project / ".devcontainer"
+    build = ImageBuild("x", b"FROM scratch\n", context, scan(context))
+    read = tar_context._Hashing.read
+
+    def cut_short(self: tar_context._Hashing, size: int = -1) -> bytes:
+        os.truncate(context / "devcontainer.json", 0)  # once opened: its size was taken
+        return read(self, size)
+
+    monkeypatch.setattr(tar_context._Hashing, "read", cut_short)
+    with pytest.raises(ProjectImageError, match=r"'[^']*/devcontainer\.json' changed since"):
+        context_tar(build, io.BytesIO())
 
 
 def test_a_from_image_not_on_this_machine_is_refused(

@@ -1,10 +1,22 @@
-"""``ending``'s imports: what ``cloister start`` (which imports it) does not pay for."""
+"""``ending``: what ``cloister start`` (which imports it) does not pay for, and what a
+stop's cleanup on threads that fails leaves in its outcome."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from cloister_cli.context import Context
+from cloister_cli.session import ending
+from cloister_core import stack
+from cloister_core.paths import CloisterPaths
+from tests.cli.engine_support import INSTANCE
+from tests.fake_engine import FakeEngine
 
 PROBE = """
 import json, sys
@@ -25,3 +37,35 @@ def test_importing_it_loads_neither_the_syncer_nor_the_snapshots() -> None:
     assert "cloister_executor.gitsync" not in modules
     assert "httpx" not in modules
     assert "cloister_cli.session.snapshots" not in modules
+
+
+class _RefusingGuardian:
+    def reload_proxy(self) -> None:
+        raise docker.errors.APIError("the proxy is gone")
+
+
+def test_what_fails_on_its_threads_is_in_the_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Raised at the end, it would lose the outcome (the review's report): it is in it."""
+    engine = FakeEngine()
+    engine.add_container(INSTANCE.cloister("api"), {**INSTANCE.labels, stack.LABEL_CLOISTER: "api"})
+    network = engine.add_network(INSTANCE.cloister("api"), labels=INSTANCE.labels)
+
+    def refused() -> None:
+        raise docker.errors.APIError("500", explanation="no")
+
+    monkeypatch.setattr(network, "remove", refused)
+    monkeypatch.setattr(Context, "docker", property(lambda self: engine))
+    monkeypatch.setattr(Context, "guardian", property(lambda self: _RefusingGuardian()))
+    monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
+    paths = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
+    outcome = ending.stop(Context(paths=paths, home=tmp_path / "home"), "api")
+    assert outcome.stopped
+    assert engine.containers.by_name == {}
+    assert outcome.cleanup_errors == (
+        f"its network {INSTANCE.cloister('api')} could not be removed (APIError: 500"
+        ' ("no")); `cloister gc` removes it',
+        "the proxy could not be told at once (APIError: the proxy is gone); it forgets the"
+        " cloister's token at its next reload",
+    )

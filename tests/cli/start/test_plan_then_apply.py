@@ -29,6 +29,7 @@ import docker.errors
 import pytest
 
 from cloister_cli.context import Context
+from cloister_cli.images import shape
 from cloister_cli.images.features import cache, oci, resolve
 from cloister_cli.stack import doctor
 from cloister_cli.start import apply, dryrun, plan
@@ -268,3 +269,48 @@ def test_a_refused_feature_stops_the_start_before_any_docker_run(
     assert str(stopped.value) == why
     assert engine.builds == []
     assert engine.called("containers.run") == []
+
+
+def test_the_services_run_are_planned_from_the_devcontainer_approved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent (a cloister of the project already running) flips the compose file
+    between the plan's read and the shape check: the plan saw its own version, but the
+    check finds what was approved, so nobody is asked. The services that run are
+    those of the read that was checked, not those of the plan's."""
+    monkeypatch.setattr(FakeContainer, "get_archive", _no_files, raising=False)
+    (entry,) = [each for each in _entries() if each["id"] == "cli/compose-image-without-features"]
+    repo = _project(entry, tmp_path)
+    compose = repo / ".devcontainer" / "docker-compose.yml"
+    approved = compose.read_text(encoding="utf-8")
+    flipped = approved.replace(
+        "    restart: unless-stopped\n",
+        "    restart: unless-stopped\n    environment:\n      INJECTED: never-approved\n",
+    )
+    assert flipped != approved
+    engine = _engine(entry, monkeypatch)
+    context = _context(tmp_path, engine)
+    first = plan.plan_start(context, repo, plan.StartOptions(assume_yes=True))
+    assert isinstance(first, plan.StartPlan)
+    accepted, _ = apply.approve_shape(
+        context, first.image_part, plan.StartOptions(assume_yes=True), []
+    )
+    shape.save_approved(context.paths, first.workspace.project.name, accepted)
+
+    compose.write_text(flipped, encoding="utf-8")
+    planned = plan.plan_start(context, repo, plan.StartOptions(assume_yes=False))
+    assert isinstance(planned, plan.StartPlan)
+    assert planned.image_part.shape_difference  # this plan would have asked
+    assert [each.service.environment for each in planned.services] == [
+        {"INJECTED": "never-approved"}
+    ]
+    compose.write_text(approved, encoding="utf-8")
+
+    apply.apply(context, planned)  # nobody asked (no confirm): the shape is the approved one
+
+    ran = [
+        run for run in engine.called("containers.run") if run["name"] != planned.container.container
+    ]
+    assert [(run["name"], run["environment"]) for run in ran] == [
+        (context.instance.sidecar(planned.name, "db"), {})
+    ]

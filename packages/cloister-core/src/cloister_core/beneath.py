@@ -14,11 +14,11 @@ import contextlib
 import errno
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -143,6 +143,21 @@ class ChangedError(OSError):
     """What was opened is not the file ``lstat`` saw: it was swapped meanwhile."""
 
 
+class SparseError(TooLargeError):
+    """The file is mostly holes: copied, each hole would be written out in full."""
+
+
+SPARSE_MINIMUM = 1024 * 1024
+"""Smaller files may look sparse by a block's rounding (or be stored inline)."""
+
+
+def is_sparse(info: os.stat_result) -> bool:
+    """Whether the file *info* describes has less than half its size on disk (over
+    :data:`SPARSE_MINIMUM`): no tool Cloister copies for writes one, an agent's
+    ``truncate -s 1T`` does."""
+    return info.st_size > SPARSE_MINIMUM and info.st_blocks * 512 < info.st_size // 2
+
+
 def open_dir(name: str | Path, *, dir_fd: int | None = None) -> int:
     """A descriptor of the directory *name* (in *dir_fd* when given), not through a link.
 
@@ -232,10 +247,20 @@ def read_file_bounded(path: Path, limit: int, *, follow_links: bool = True) -> b
     return data
 
 
-def move_out(dir_fd: int, name: str, destination: Path) -> None:
+def move_out(
+    dir_fd: int, name: str, destination: Path, *, expect: os.stat_result, limit: int
+) -> None:
     """Move *name* (in *dir_fd*) to *destination*, a path of Cloister's own (its directory
-    is made): renamed, or on another filesystem copied (a regular file only, opened as
-    :func:`open_regular` does) and unlinked."""
+    is made). *expect* is what the caller's ``lstat`` (or ``fstat``) said of *name*:
+    another entry there now raises :class:`ChangedError`, nothing moved.
+
+    Renamed when it can be; on another filesystem, a regular file is copied (opened as
+    :func:`open_regular` does, at most *limit* bytes) and unlinked, a link or a FIFO
+    made again there (neither holds more than its link text), and
+    :class:`SparseError`, :class:`TooLargeError` or :class:`NotRegularError` (a
+    directory, a socket, a device) is raised for the rest, the entry left where it is.
+    """
+    _check_same(os.stat(name, dir_fd=dir_fd, follow_symlinks=False), expect, name)
     destination.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.rename(name, destination, src_dir_fd=dir_fd)
@@ -243,13 +268,59 @@ def move_out(dir_fd: int, name: str, destination: Path) -> None:
     except OSError as error:
         if error.errno != errno.EXDEV:
             raise
-    source = open_regular(name, dir_fd=dir_fd)
+    if stat.S_ISLNK(expect.st_mode):
+        text = os.readlink(name, dir_fd=dir_fd)
+        _check_same(os.stat(name, dir_fd=dir_fd, follow_symlinks=False), expect, name)
+        destination.symlink_to(text)
+    elif stat.S_ISFIFO(expect.st_mode):
+        os.mkfifo(destination, stat.S_IMODE(expect.st_mode) & 0o777)
+    elif stat.S_ISREG(expect.st_mode):
+        _copy_out(dir_fd, name, destination, expect, limit)
+    else:
+        raise NotRegularError(f"{name!r} is no file, link or FIFO: not moved to another filesystem")
+    os.unlink(name, dir_fd=dir_fd)
+
+
+def _copy_out(
+    dir_fd: int, name: str, destination: Path, expect: os.stat_result, limit: int
+) -> None:
+    source = open_regular(name, dir_fd=dir_fd, expect=expect)
     try:
-        with open(source, "rb", closefd=False) as reader, destination.open("xb") as writer:
-            shutil.copyfileobj(reader, writer, _CHUNK)
+        info = os.fstat(source)
+        if is_sparse(info):
+            raise SparseError(
+                f"{name!r} is a sparse file of {info.st_size} bytes ({info.st_blocks * 512}"
+                " on disk): not copied to another filesystem"
+            )
+        if info.st_size > limit:
+            raise TooLargeError(
+                f"{name!r} is {info.st_size} bytes, over {limit}: not copied to another filesystem"
+            )
+        writer = destination.open("xb")
+        try:
+            with writer:
+                _copy_at_most(source, writer, limit + 1)  # bounded even if it grows meanwhile
+                if writer.tell() > limit:
+                    raise TooLargeError(
+                        f"{name!r} grew over {limit} bytes: not copied to another filesystem"
+                    )
+        except BaseException:
+            destination.unlink(missing_ok=True)  # a part is no copy
+            raise
     finally:
         os.close(source)
-    os.unlink(name, dir_fd=dir_fd)
+
+
+def _copy_at_most(source: int, writer: BinaryIO, limit: int) -> None:
+    left = limit
+    while left > 0 and (chunk := os.read(source, min(_CHUNK, left))):
+        writer.write(chunk)
+        left -= len(chunk)
+
+
+def _check_same(info: os.stat_result, expect: os.stat_result, name: str) -> None:
+    if (info.st_dev, info.st_ino) != (expect.st_dev, expect.st_ino):
+        raise ChangedError(f"{name!r} changed since it was looked at")
 
 
 def proc_path(fd: int, name: str) -> Path:

@@ -8,12 +8,19 @@ holds:
 1. one regular-expression pass blanks the comments and the trailing commas out with
    spaces (line breaks kept), so every offset stays what it was in the file, and
    finds a string not closed on its line or a comment not closed;
-2. nesting deeper than :data:`MAX_DEPTH` is refused, counted on the brackets alone;
+2. nesting deeper than the mode's bound is refused, counted on the brackets alone;
 3. :func:`json.loads` (C) reads the values; duplicate keys are refused (with two
    ``"runArgs"`` a reader sees one and the tools use the other);
 4. :class:`Positions` finds where a value is when it is asked, indexing each object or
    list once, only as far as asked (C's scanner skips each member's value), so an
    override's line is looked up, never searched for.
+
+Two modes (:data:`Mode`): ``"strict"`` for what Cloister itself acts on (devcontainer.json
+and what it names), ``"lenient"`` for a reader that must see what another tool would:
+the review of a ``tasks.json`` VS Code runs, an agent's settings. There a key given twice
+is the last one (as VS Code's and JavaScript's parsers take it) and the nesting bound is
+:data:`LENIENT_MAX_DEPTH`; whatever the lenient mode still refuses, such a reader treats
+as the worst the file could hold.
 """
 
 from __future__ import annotations
@@ -24,11 +31,16 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 Location = Sequence[str | int]
+Mode = Literal["strict", "lenient"]
 
 MAX_DEPTH = 64
 """Objects and lists nested deeper than this are refused (real files nest a few levels)."""
+LENIENT_MAX_DEPTH = 512
+"""The lenient mode's bound: deeper than any real file, and well within the C parser's
+recursion limit (past it, the parser would raise RecursionError)."""
 
 _CLEAN = re.compile(
     r'"(?:[^"\\\n\r]|\\[^\n\r])*"'  # a string: kept
@@ -72,27 +84,40 @@ class JsoncError(ValueError):
         super().__init__(where + message)
 
 
-def loads(text: str) -> object:
+def loads(text: str, mode: Mode = "strict") -> object:
     """*text* parsed; :class:`JsoncError` (a :class:`ValueError`) saying where it is not
-    JSONC, or nests deeper than :data:`MAX_DEPTH`, or gives a key twice in one object."""
-    return parse_located(text)[0]
+    JSONC, or nests deeper than the *mode*'s bound, or (``"strict"``) gives a key twice
+    in one object; ``"lenient"`` takes the last of a key given twice."""
+    return _parsed(text, mode)[0]
 
 
 def parse_located(text: str) -> tuple[object, Positions]:
-    """Parse *text* as :func:`loads` does; also where each of its values is."""
+    """Parse *text* as :func:`loads` does (strictly); also where each of its values is.
+    (Strict only: with a key given twice, a lookup could find the one not read.)"""
+    value, clean = _parsed(text, "strict")
+    return value, Positions(clean, _space(clean, 0))
+
+
+def _parsed(text: str, mode: Mode) -> tuple[object, str]:
+    """The value of *text* and its cleaned text (the same offsets)."""
     if not text.strip():
         raise JsoncError("the file is empty: expected a JSON object", 1, 1)
     clean = _cleaned(text)
-    _check_depth(clean)
+    _check_depth(clean, MAX_DEPTH if mode == "strict" else LENIENT_MAX_DEPTH)
+    pairs = _object if mode == "strict" else None
     try:
-        value = json.loads(clean, strict=False, object_pairs_hook=_object, parse_constant=_constant)
+        value = json.loads(clean, strict=False, object_pairs_hook=pairs, parse_constant=_constant)
     except _DuplicateKeyError as error:
         raise _duplicate(clean, error.key) from None
     except json.JSONDecodeError as error:
         raise _syntax_error(clean, error) from None
     except ValueError as error:
         raise JsoncError(f"invalid JSON: {error}") from None
-    return value, Positions(clean, _space(clean, 0))
+    except RecursionError:
+        # Only when called deep in a stack already: the bound keeps the parser's own
+        # recursion well below the limit.
+        raise JsoncError("its values are nested too deeply for this reader") from None
+    return value, clean
 
 
 def _fail(text: str, offset: int, message: str) -> JsoncError:
@@ -120,16 +145,16 @@ def _cleaned(text: str) -> str:
     return _CLEAN.sub(blank, text)
 
 
-def _check_depth(clean: str) -> None:
+def _check_depth(clean: str, bound: int) -> None:
     brackets = _NOT_BRACKETS.sub("", clean)
     depths = itertools.accumulate(map(_DEPTH.__getitem__, brackets))
-    if max(depths, default=0) <= MAX_DEPTH:
+    if max(depths, default=0) <= bound:
         return
     depth = 0
     for match in _BRACKETS.finditer(clean):
         depth += _DEPTH.get(match.group(), 0)
-        if depth > MAX_DEPTH:
-            message = f"its values are nested too deeply (over {MAX_DEPTH} levels)"
+        if depth > bound:
+            message = f"its values are nested too deeply (over {bound} levels)"
             raise _fail(clean, match.start(), message)
 
 

@@ -11,7 +11,7 @@ container (``stopped_at`` set) until the next start of the same cloister replace
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError, field_validator
@@ -127,3 +127,17 @@ def list_sessions(paths: CloisterPaths) -> list[SessionRecord]:
         except (OSError, ValidationError):
             continue
     return records
+
+
+def deepest_worktree(directory: Path, worktrees: Iterable[tuple[str, str]]) -> str | None:
+    """Of *worktrees* (``(worktree, cloister)`` pairs, from session or snapshot records),
+    the cloister whose work tree is the deepest one holding *directory*; None if none."""
+    resolved = directory.resolve()
+    best: tuple[int, str] | None = None
+    for worktree_text, cloister in worktrees:
+        worktree = Path(worktree_text)
+        if resolved == worktree or worktree in resolved.parents:
+            depth = len(worktree.parts)
+            if best is None or depth > best[0]:
+                best = (depth, cloister)
+    return best[1] if best else None

@@ -105,8 +105,9 @@ def _in_path(value: str) -> str:
     return quote(value, safe="/:@")
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over a Unix socket; *timeout* bounds the connect and each read and write."""
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket; *timeout* bounds the connect and each read and write (also
+    the CLI's light engine reader's: one such connection for Cloister's two stdlib clients)."""
 
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("docker", timeout=timeout)
@@ -176,7 +177,7 @@ class Engine:
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        connection = _UnixConnection(self._socket_path(), timeout)
+        connection = UnixConnection(self._socket_path(), timeout)
         try:
             connection.request(method, target, body=payload, headers=headers)
             response = connection.getresponse()

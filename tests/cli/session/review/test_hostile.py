@@ -179,6 +179,7 @@ def test_without_git_only_the_work_tree_is_reviewed(tmp_path: Path) -> None:
 def test_a_hostile_tasks_file_does_not_raise(project: Project) -> None:
     project.write(".vscode/tasks.json", "[" * 200_000 + "folderOpen")
     (item,) = of_kind(project.review(), "vscode-task")
+    assert item.severity == "runs-code"
     assert "does not parse" in item.summary
     assert all(len(line) <= 300 for line in item.details)
 
@@ -210,7 +211,7 @@ def test_what_hides_past_the_first_mib_is_not_missed(project: Project) -> None:
     assert (found["mise"].severity, found["mise"].path) == ("review", "mise.toml")
     assert "larger than 1 MiB" in found["mise"].summary
     assert (found["vscode-task"].severity, found["vscode-task"].path) == (
-        "review",
+        "runs-code",  # what is not read may run: fail closed
         "app.code-workspace",
     )
     assert "larger than 1 MiB" in found["vscode-task"].summary

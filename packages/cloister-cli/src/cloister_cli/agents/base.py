@@ -220,7 +220,9 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     try:
         if not path.is_file():
             return None
-        data = jsonc.loads(path.read_text(encoding="utf-8"))
+        # Lenient: the agent reads its settings with JavaScript's parser (a key given
+        # twice is the last), and so must what copies them.
+        data = jsonc.loads(path.read_text(encoding="utf-8"), "lenient")
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

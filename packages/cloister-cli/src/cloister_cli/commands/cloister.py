@@ -354,6 +354,8 @@ def stop(context: Context, name: str | None, stop_all: bool) -> None:
                 f"its commits could not be brought back ({printable(outcome.sync_error)});"
                 f" its git directory is kept: `cloister sync {each}` tries again"
             )
+        for line in outcome.cleanup_errors:
+            warn(printable(line))
         for line in outcome.moved:
             note(f"moved a repository the agent made in the project: {printable(line)}")
         _show_left_behind(outcome.left_behind)

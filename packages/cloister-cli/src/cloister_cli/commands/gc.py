@@ -12,6 +12,7 @@ from cloister_core.printable import printable
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
+    from cloister_cli.session import ending
     from cloister_cli.session import gc as garbage
 
 
@@ -61,22 +62,28 @@ def _print_survey(found: garbage.Survey) -> None:
         click.echo(f"stand-ins cloister {name} left: {printable(listed)}")
 
 
-def _print_collected(done: garbage.Collected) -> None:
+def _print_stopped(name: str, outcome: ending.StopOutcome) -> None:
     from cloister_cli.commands.review import print_report  # noqa: PLC0415
 
+    click.echo(f"cleaned up after cloister {name}")
+    for line in outcome.sync.lines() if outcome.sync is not None else ():
+        note(printable(line))
+    if outcome.sync_error is not None:
+        warn(
+            f"the commits of cloister {name} could not be brought back"
+            f" ({printable(outcome.sync_error)}); `cloister sync {name}` tries again"
+        )
+    if outcome.review_error is not None:
+        warn(f"could not review what cloister {name} left ({outcome.review_error})")
+    for line in outcome.cleanup_errors:
+        warn(printable(line))
+    if outcome.report is not None:
+        print_report(outcome.report, who=f"cloister {name}")
+
+
+def _print_collected(done: garbage.Collected) -> None:
     for name, outcome in done.stopped.items():
-        click.echo(f"cleaned up after cloister {name}")
-        for line in outcome.sync.lines() if outcome.sync is not None else ():
-            note(printable(line))
-        if outcome.sync_error is not None:
-            warn(
-                f"the commits of cloister {name} could not be brought back"
-                f" ({printable(outcome.sync_error)}); `cloister sync {name}` tries again"
-            )
-        if outcome.review_error is not None:
-            warn(f"could not review what cloister {name} left ({outcome.review_error})")
-        if outcome.report is not None:
-            print_report(outcome.report, who=f"cloister {name}")
+        _print_stopped(name, outcome)
     if done.snapshots or done.pool_files:
         click.echo(
             f"removed {done.snapshots} expired snapshot(s) and {done.pool_files} object file(s)"

@@ -32,7 +32,7 @@ from cloister_core import beneath
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
-from cloister_core.sessions import list_sessions
+from cloister_core.sessions import deepest_worktree, list_sessions
 
 MAX_LINE = 1024 * 1024  # bytes; an audit line is a few hundred
 BLOCK = 64 * 1024
@@ -59,15 +59,9 @@ def is_known(paths: CloisterPaths, name: str) -> bool:
 def cloister_for_directory(paths: CloisterPaths, directory: Path) -> str | None:
     """The cloister (running or stopped) whose work tree is the deepest one holding
     *directory*, from the session records (no Docker engine needed)."""
-    resolved = directory.resolve()
-    best: tuple[int, str] | None = None
-    for session in list_sessions(paths):
-        worktree = Path(session.worktree)
-        if resolved == worktree or worktree in resolved.parents:
-            depth = len(worktree.parts)
-            if best is None or depth > best[0]:
-                best = (depth, session.cloister)
-    return best[1] if best else None
+    return deepest_worktree(
+        directory, ((session.worktree, session.cloister) for session in list_sessions(paths))
+    )
 
 
 # -- --since -------------------------------------------------------------------------------

@@ -500,6 +500,27 @@ def stop(
     )
 
 
+def running(
+    client: docker.DockerClient,
+    instance: stack.Instance,
+    name: str,
+    *,
+    error: type[CloisterError] = CloisterError,
+) -> Container:
+    """Cloister *name*'s container, running (not paused by the git guard, not stopped);
+    else *error* saying which and what to do."""
+    container = find(client, instance, name)
+    if container is None:
+        raise error(f"no cloister {name!r} (`cloister list`)")
+    if container.status == "paused":
+        raise error(
+            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
+        )
+    if container.status != "running":
+        raise error(f"cloister {name!r} is {container.status}; `cloister start` in its directory")
+    return container
+
+
 # -- exec ----------------------------------------------------------------------------------
 
 
@@ -519,17 +540,7 @@ def exec_argv(
     that is inside the cloister's working tree, else ``/work``; a relative *workdir* is
     relative to ``/work``.
     """
-    container = find(context.docker, context.instance, name)
-    if container is None:
-        raise CloisterError(f"no cloister {name!r} (`cloister list`)")
-    if container.status == "paused":
-        raise CloisterError(
-            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
-        )
-    if container.status != "running":
-        raise CloisterError(
-            f"cloister {name!r} is {container.status}; `cloister start` in its directory"
-        )
+    container = running(context.docker, context.instance, name)
     if not command:
         raise CloisterError("no command to run (cloister exec NAME -- COMMAND...)")
     if workdir is None:

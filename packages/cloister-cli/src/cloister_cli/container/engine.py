@@ -22,18 +22,17 @@ anything heavy until :func:`connect` is called.
 The executor keeps its own client of the engine (``cloister_executor.engine``, the
 standard library's HTTP over the Unix socket): it is a service of its own package, which
 depends on cloister-core and not on this one nor on the docker SDK, and its asyncio
-daemon needs only a few calls
-(whether an image exists, run a throwaway container to its end, exec in a cloister),
-made from worker threads while it serves other requests. The CLI needs far more of the
-engine (builds, networks, images, forwarders), which the SDK does; it reaches the
-executor's client only through the executor's own ``Syncer`` (``Context.syncer``:
-``cloister sync`` and ``stop``). Sharing one port would make the service depend on the
-CLI's package or carry the SDK.
+daemon needs only a few calls (whether an image exists, run a throwaway container to its
+end, exec in a cloister), made from worker threads. The CLI needs far more of the engine
+(builds, networks, images, forwarders), which the SDK does; it reaches the executor's
+client only through the executor's ``Syncer`` (``Context.syncer``: ``sync`` and
+``stop``). The two standard-library readers share one connection,
+``cloister_executor.engine.UnixConnection`` (the CLI depends on the executor's package,
+never the other way round).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
@@ -43,6 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack,
 from urllib.parse import quote, urlencode
 
 from cloister_core.errors import CloisterError
+from cloister_executor.engine import UnixConnection
 
 if TYPE_CHECKING:
     import docker
@@ -346,22 +346,6 @@ def connect(timeout: float = TIMEOUT) -> docker.DockerClient:
 # -- the light reader ----------------------------------------------------------------------
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
 @dataclass(frozen=True, slots=True)
 class EngineContainer:
     """A container as the engine's inspect answer describes it (the SDK's shape)."""
@@ -399,7 +383,7 @@ class UnixEngine:
 
     def get(self, path: str) -> Any | None:
         """The JSON answer to ``GET path``; None when the engine says 404."""
-        connection = _UnixConnection(self.path, self.timeout)
+        connection = UnixConnection(self.path, self.timeout)
         try:
             connection.request("GET", path, headers={"Accept": "application/json"})
             response = connection.getresponse()

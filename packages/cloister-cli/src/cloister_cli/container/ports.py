@@ -366,21 +366,6 @@ class Published:
     created: bool  # False: it was published already
 
 
-def running_cloister(client: docker.DockerClient, instance: stack.Instance, name: str) -> Container:
-    container = cloisters.find(client, instance, name)
-    if container is None:
-        raise PortError(f"no cloister {name!r} (`cloister list`)")
-    if container.status == "paused":
-        raise PortError(
-            f"cloister {name!r} is paused by Cloister's git guard; see `cloister review {name}`"
-        )
-    if container.status != "running":
-        raise PortError(
-            f"cloister {name!r} is {container.status}; `cloister start` in its directory"
-        )
-    return container
-
-
 def is_ports_network(attrs: dict[str, Any]) -> bool:
     """The ports network as Cloister makes it (see :attr:`stack.Instance.ports_net`)."""
     options = attrs.get("Options") or {}
@@ -518,7 +503,7 @@ def publish(
     was given (0 is any); then it is an error. An approval UI's port (*ui_port*, this
     instance's ``guardian.ui_port``, or any hub's on the engine) is refused.
     """
-    cloister = running_cloister(client, instance, name)
+    cloister = cloisters.running(client, instance, name, error=PortError)
     beside = _running_service(client, instance, name, service) if service is not None else None
     for forwarder in _forwarders(client, instance, name):
         if not _is_current(forwarder, cloister):  # left by an earlier cloister of this name

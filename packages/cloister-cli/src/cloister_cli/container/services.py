@@ -332,7 +332,10 @@ def start(
 ) -> list[Container]:
     """Build what is missing, then run each service and wait until it runs (is healthy,
     when it has a healthcheck) before the next. On an error the caller stops the
-    cloister, which removes what was started (:func:`remove_all`)."""
+    cloister, which removes what was started (:func:`remove_all`).
+
+    A context is built as it was scanned when planned, or not at all: the cloister runs
+    by now, and its agent can write there (the build stops on a file that changed)."""
     from cloister_cli.images.projectimages.build import build_chain  # noqa: PLC0415
 
     started = []

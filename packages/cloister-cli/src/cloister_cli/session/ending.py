@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import stat
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Literal
@@ -45,6 +45,9 @@ class StopOutcome:
     # Stand-ins other cloisters' unfinished stops left, removed now (remove_stand_ins).
     left_behind: tuple[Path, ...] = ()
     lost: LostGitDir | None = None  # why its commits cannot come back, if a git directory went
+    # What failed of the cleanup done on threads (its network's removal, the proxy told):
+    # reported with the rest, never in the way of the review's report.
+    cleanup_errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +97,9 @@ def stop(context: Context, name: str) -> StopOutcome:
 
     Once the container and the token are gone, its network goes and the proxy is told
     on threads while its commits come back (the syncer's module is imported on another
-    meanwhile, while the engine removes the container); what fails there is raised at
-    the end.
+    meanwhile, while the engine removes the container); what fails there is in the
+    outcome's ``cleanup_errors``: raised, it would lose the review's report, and the
+    session is released by then (no later start reviews it again).
     """
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="cloister-stop") as pool:
         importing = (
@@ -103,11 +107,14 @@ def stop(context: Context, name: str) -> StopOutcome:
             if context.paths.cloister_git_dir(name).exists()
             else None
         )
-        meanwhile: list[Future[None]] = []
+        meanwhile: list[tuple[str, Future[None]]] = []
         outcome = _stop(context, name, pool, importing, meanwhile)
-        for each in meanwhile:
-            each.result()
-    return outcome
+        errors = tuple(
+            what.format(error=f"{type(error).__name__}: {error}")
+            for what, each in meanwhile
+            if (error := each.exception()) is not None
+        )
+    return replace(outcome, cleanup_errors=errors) if errors else outcome
 
 
 def _reload_proxy(context: Context) -> None:
@@ -119,7 +126,7 @@ def _stop(
     name: str,
     pool: ThreadPoolExecutor,
     importing: Future[ModuleType] | None,
-    meanwhile: list[Future[None]],
+    meanwhile: list[tuple[str, Future[None]]],  # what failing means ({error}), the thread
 ) -> StopOutcome:
     instance = context.instance
     # Its published ports (`cloister port`) first: their forwarders are on its network.
@@ -128,7 +135,9 @@ def _stop(
     services.remove_all(context.docker, instance, name)
     result = cloisters.stop(context.docker, context.paths, instance, name, pool=pool)
     if result.network_gone is not None:
-        meanwhile.append(result.network_gone)
+        network = instance.cloister(name)
+        failed = f"its network {network} could not be removed ({{error}}); `cloister gc` removes it"
+        meanwhile.append((failed, result.network_gone))
     # A sync running now (the watch's) would hold the last one up: its container goes,
     # and the sync gives up at once (a FIFO of the agent's can keep git waiting).
     for running in context.docker.containers.list(
@@ -146,7 +155,11 @@ def _stop(
     if result.project is not None:
         agentstate.disarm(context.paths, result.project)
     # The hub and the gateway see the token file go on their own.
-    meanwhile.append(pool.submit(_reload_proxy, context))
+    failed = (
+        "the proxy could not be told at once ({error}); it forgets the cloister's token at"
+        " its next reload"
+    )
+    meanwhile.append((failed, pool.submit(_reload_proxy, context)))
     session = read_session(context.paths, name)
     if session is None:
         return StopOutcome(result.stopped, None, left_behind=_sweep(context))

@@ -212,7 +212,10 @@ def stop_cloisters(context: Context, summary: Summary) -> Iterator[Step]:
             continue
         if outcome.sync_error is not None:
             summary.unsynced.append(name)
-        yield Step("cloister", name, "done", f"stopped cloister {name}", outcome)
+        # What the stop could not clean up (its network, the proxy told) uninstall removes
+        # or stops next.
+        left = "".join(f"; {line}" for line in outcome.cleanup_errors)
+        yield Step("cloister", name, "done", f"stopped cloister {name}{left}", outcome)
 
 
 def stop_guardian(context: Context) -> Iterator[Step]:

@@ -6,7 +6,9 @@ on purpose stays: the snapshot, the images, the agents' state). Once the contain
 :func:`~cloister_cli.session.ending.stop` is the one undo. The container is created from
 the plan's :class:`~cloister_cli.container.cloisters.ContainerPlan`, the one the dry run
 prints (:func:`cloister_cli.start.plan.fill_in`: made again only when what the start
-found once it wrote differs from what was planned, as for a new worktree).
+found once it wrote differs from what was planned, as for a new worktree). The compose
+services it runs are planned again from the devcontainer read once the shape was
+approved (:func:`cloister_cli.start.plan.approved_services`), never from the first read.
 
 :func:`approve_shape` and :func:`build_image` are the image part's steps, which
 ``cloister images build`` takes too.
@@ -88,6 +90,8 @@ def apply(
         stop(context, name)  # a dead one: start afresh
     left_behind = finish_earlier(context, name, warnings)
     approved, devcontainer = approve_shape(context, planned.image_part, options, warnings)
+    # Before anything is made: a missing service image fails the start now.
+    service_plans = plan.approved_services(context, planned, devcontainer)
     ensure_guardian(context, progress)
     with contextlib.ExitStack() as undo:
         # Its network made and the services joined on a thread while the steps below run
@@ -147,8 +151,8 @@ def apply(
         shape.save_approved(context.paths, workspace.project.name, approved)
         check_engine(context, name, warnings)  # stops it when the check fails
         undo.callback(stop, context, name)
-        if planned.services:
-            services.start(context.docker, planned.services, container, progress=progress)
+        if service_plans:
+            services.start(context.docker, service_plans, container, progress=progress)
         undo.pop_all()
     return StartOutcome(
         name,

@@ -277,7 +277,8 @@ class StartPlan:
     accounts: tuple[Path, Path]  # the passwd and group files apply writes
     image_env: Mapping[str, str] | None  # the image's variables (None: not built yet)
     container: cloisters.ContainerPlan  # what ``docker run`` gets
-    services: tuple[services.ServicePlan, ...] = ()  # a compose devcontainer's others
+    # A compose devcontainer's others, as shown: a start runs approved_services'.
+    services: tuple[services.ServicePlan, ...] = ()
     guardian_running: bool | None = None  # asked by a dry run (a start brings it up)
     pending: tuple[str, ...] = ()  # what is known only once the start writes
     left_out: tuple[str, ...] = ()  # of the devcontainer's extras, and why
@@ -616,6 +617,18 @@ def _services(
             raise
         warnings.append(f"`cloister start` would fail: {error}")  # as the start would
         return []
+
+
+def approved_services(
+    context: Context, plan: StartPlan, devcontainer: Devcontainer | None
+) -> tuple[services.ServicePlan, ...]:
+    """The compose services a start runs: planned again from *devcontainer*, the one read
+    once the shape was approved. The plan's were made from the first read, before the
+    check (the agent may have changed the compose file since): the dry run shows them,
+    no start runs them. Their build contexts are scanned again too, after the Features'
+    lock file is written."""
+    found = _services(context, plan.workspace, plan.name, devcontainer, [], dry_run=False)
+    return tuple(found)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ scan of a build context, and the context tar sent to Docker (the same set as has
 A plan may scan a context as a start will find it once it has written its own files
 there (the Features' lock file): :func:`scan`'s *overlay*, each one a regular file of
 :data:`OVERLAY_MODE`, as :func:`cloister_core.beneath.replace_file` writes it. A build
-scans again what is there then: what it hashes is what it sends.
+scans again what is there then, and what it sends is what it hashed: each file is hashed
+again while it goes into the tar, and the build stops when one is not as it was scanned.
 """
 
 from __future__ import annotations
@@ -189,8 +190,43 @@ def _add_entries(
             info.linkname = entry.digest
             archive.addfile(info)
         else:
-            with _open_regular(path) as handle:
-                status = os.fstat(handle.fileno())
-                info.size = status.st_size
-                info.mtime = int(status.st_mtime)
-                archive.addfile(info, handle)
+            _add_file(archive, info, path, entry.digest)
+
+
+class _Hashing:
+    """A file read for the tar, hashed as it is read."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.digest.update(data)
+        self.size += len(data)
+        return data
+
+
+def _add_file(archive: tarfile.TarFile, info: tarfile.TarInfo, path: Path, digest: str) -> None:
+    """The file at *path* into *archive*, provided its bytes are those the scan hashed
+    (*digest*): the agent may write the context between the scan, whose digests make
+    the image's key, and the build, which reads it again. Hashed while it is added: what
+    is sent is what was checked."""
+    changed = ProjectImageError(
+        f"the build context's file {str(path)!r} changed since it was read for the image's"
+        " key: nothing was built; build again"
+    )
+    with _open_regular(path) as handle:
+        status = os.fstat(handle.fileno())
+        info.size = status.st_size
+        info.mtime = int(status.st_mtime)
+        reader = _Hashing(handle)
+        try:
+            archive.addfile(info, reader)
+        except OSError:
+            if reader.size < info.size:  # shortened while it was read
+                raise changed from None
+            raise
+    if reader.digest.hexdigest() != digest:
+        raise changed

@@ -141,21 +141,25 @@ def _task_list(document: object, *, workspace: bool) -> list[object]:
 
 
 def _vscode_findings(shown: str, entry: Entry, opening: str, *, workspace: bool) -> list[Finding]:
-    """The tasks of one file that VS Code runs on opening; *opening* says what is opened."""
+    """The tasks of one file that VS Code runs on opening; *opening* says what is opened.
+
+    Read as VS Code reads it (lenient JSONC: a key given twice is the last). What cannot
+    be read here is graded as running code: VS Code's parser recovers from errors, and
+    ``folderOpen`` can be spelt with escapes no search of the text finds.
+    """
     try:
         if entry.truncated:
             raise ValueError("larger than 1 MiB")
-        document = jsonc.loads(entry.text)
+        document = jsonc.loads(entry.text, "lenient")
     except ValueError as error:
-        # VS Code's parser is lenient: it may well read tasks from what fails here.
         mentioned = FOLDER_OPEN in entry.text
         return [
             finding(
                 "vscode-task",
                 shown,
-                "runs-code" if mentioned else "review",
+                "runs-code",
                 f"VS Code may run a task when you open {opening} (in a trusted workspace): "
-                + (f"the file mentions {FOLDER_OPEN} but " if mentioned else "")
+                + (f"the file mentions {FOLDER_OPEN} but " if mentioned else "the file ")
                 + f"does not parse ({error})",
                 content=entry.content_digest,
                 details=[line.strip() for line in entry.lines if FOLDER_OPEN in line],

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from cloister_core.paths import CloisterPaths
+from cloister_core.sessions import deepest_worktree
 from cloister_core.snapshots import SnapshotError, SnapshotRecord, all_records, find_record
 
 
@@ -30,20 +31,15 @@ def chosen(records: list[SnapshotRecord], prefix: str | None) -> SnapshotRecord:
 
 def cloister_for_directory(paths: CloisterPaths, directory: Path) -> str:
     """The cloister with snapshots whose work tree holds *directory* (the deepest)."""
-    resolved = directory.resolve()
-    best: tuple[int, str] | None = None
-    for record in all_records(paths):
-        worktree = Path(record.worktree)
-        if resolved == worktree or worktree in resolved.parents:
-            depth = len(worktree.parts)
-            if best is None or depth > best[0]:
-                best = (depth, record.cloister)
-    if best is None:
+    found = deepest_worktree(
+        directory, ((record.worktree, record.cloister) for record in all_records(paths))
+    )
+    if found is None:
         raise SnapshotError(
             f"no snapshot of a cloister working in {directory}; name the cloister"
             " (`cloister restore NAME --list`)"
         )
-    return best[1]
+    return found
 
 
 def summary(record: SnapshotRecord) -> dict[str, Any]:

@@ -34,7 +34,8 @@ Method = Literal["reflink", "hardlink", "copy"]
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 # A pack is usable once its index is there: git writes the .pack first, the .idx last.
 _PACK_NEEDS_INDEX = (".pack", ".rev", ".bitmap", ".mtimes", ".promisor")
-SPARSE_MINIMUM = 1024 * 1024  # smaller files may be sparse by a block's rounding
+DISPLACE_LIMIT = 1 << 30
+"""A file moved aside to another filesystem is copied: no more than this."""
 
 
 def _is_hex(name: str) -> bool:
@@ -191,8 +192,7 @@ def _open_regular(directory_fd: int, relative: str) -> int | None:
             source = beneath.open_regular(name, dir_fd=fd)
     except OSError:
         return None
-    info = os.fstat(source)
-    if info.st_size > SPARSE_MINIMUM and info.st_blocks * 512 < info.st_size // 2:
+    if beneath.is_sparse(os.fstat(source)):
         os.close(source)
         return None
     return source
@@ -234,13 +234,16 @@ def transfer(
     placer: Placer,
     *,
     displace: Path | None = None,
+    notes: list[str] | None = None,
 ) -> list[str]:
     """Place the object files *names* of the object directory *source* into *target*
     (created if missing); the names that were placed or already there.
 
     A name *target* has already is trusted (names are contents), unless *displace* is
     given (a restore, into the agent's repository): then a file of that name with other
-    contents is moved there, and the source's placed instead.
+    contents is moved there, and the source's placed instead; one that cannot be moved
+    there (another filesystem: sparse, or over :data:`DISPLACE_LIMIT`) is removed and
+    said in *notes*.
     """
     done: list[str] = []
     target.mkdir(parents=True, exist_ok=True)
@@ -257,7 +260,9 @@ def transfer(
                 continue
             try:
                 with _open_parent(target_fd, name, create=True) as (fd, leaf):
-                    if _present(fd, leaf) and not _differs(file, fd, leaf, name, displace):
+                    if _present(fd, leaf) and not _differs(
+                        file, fd, leaf, name, displace=displace, notes=notes
+                    ):
                         done.append(name)
                         continue
                     placer.place(file, fd, leaf)
@@ -270,18 +275,33 @@ def transfer(
     return done
 
 
-def _differs(source: int, directory: int, leaf: str, name: str, displace: Path | None) -> bool:
+def _differs(
+    source: int,
+    directory: int,
+    leaf: str,
+    name: str,
+    *,
+    displace: Path | None,
+    notes: list[str] | None,
+) -> bool:
     """Whether the file *leaf* in *directory* is not *source* (then moved into *displace*,
-    out of git's way); never, without *displace*."""
+    out of git's way, or removed when it cannot be); never, without *displace*."""
     if displace is None:
         return False
     present = beneath.open_regular(leaf, dir_fd=directory)
     try:
         if _same_contents(source, present):
             return False
+        compared = os.fstat(present)
     finally:
         os.close(present)
-    beneath.move_out(directory, leaf, displace / name)
+    try:
+        beneath.move_out(directory, leaf, displace / name, expect=compared, limit=DISPLACE_LIMIT)
+    except (beneath.TooLargeError, beneath.ChangedError) as error:
+        # Object files hold what their names say: one that does not is of no use to git.
+        os.unlink(leaf, dir_fd=directory)
+        if notes is not None:
+            notes.append(f"object file {name} had other contents and was removed ({error})")
     return True
 
 

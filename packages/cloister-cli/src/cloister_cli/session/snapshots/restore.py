@@ -19,7 +19,9 @@ steps, all under the pool's lock (nothing it needs is pruned meanwhile):
    another worktree is left alone and listed; a ref in the way of one (``main/x``
    against ``main``) is deleted, being in the step-3 snapshot;
 6. ignored files the work tree's update would overwrite or remove (the step-3 snapshot
-   has no ignored file) are moved to ``<data>/snapshots/<project>/displaced/<id>/``;
+   has no ignored file) are moved to ``<data>/snapshots/<project>/displaced/<id>/``
+   (copied, when that is another filesystem: a sparse file, one over 1 GiB or one that
+   is no file, link or FIFO is not, and is said in the notes: git replaces it);
 7. the work tree and the index get the snapshot's trees (``git read-tree``).
 
 No filter runs, and git looks for the repository in the work tree only
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloister_cli.session.snapshots.gitrun import SnapshotGit
-from cloister_cli.session.snapshots.pool import Placer, transfer
+from cloister_cli.session.snapshots.pool import DISPLACE_LIMIT, Placer, transfer
 from cloister_cli.session.snapshots.take import Target, holding_pool, take
 from cloister_core import beneath
 from cloister_core.config.models import SnapshotsConfig
@@ -83,6 +85,7 @@ def restore(
                 record.files,
                 Placer(),
                 displace=displaced / "objects",
+                notes=notes,
             )
         except OSError as error:
             raise SnapshotError(f"cannot rebuild {record.common_dir}: {error}") from None
@@ -91,7 +94,7 @@ def restore(
         changed, kept = _set_refs(run, record, notes)
         if before is None:
             before = _before(paths, record, config, refs_moved=True)  # the work tree at least
-        moved = _displace(run, record, displaced / "worktree")
+        moved = _displace(run, record, displaced / "worktree", notes)
         if moved:
             notes.append(f"{moved} ignored file(s) in the way were moved to {displaced}")
         _work_tree(run, record, notes)
@@ -256,9 +259,12 @@ def _preflight(run: SnapshotGit, record: SnapshotRecord, scratch: Path) -> None:
     index's ``../x``) stops the restore before a ref moves."""
     scratch.mkdir(parents=True, exist_ok=True)
     index = scratch / f"check-{record.id}"
+    # As the index (not --index-output, which git renames into from beside the real
+    # index: across filesystems that fails).
+    env = {"GIT_INDEX_FILE": str(index)}
     try:
         for tree in dict.fromkeys(filter(None, (record.worktree_tree, record.index_tree))):
-            result = run("read-tree", f"--index-output={index}", tree, check=False)
+            result = run("read-tree", tree, check=False, env=env)
             if result.returncode != 0:
                 raise SnapshotError(
                     f"snapshot {record.id} cannot be checked out ({result.stderr.strip()}):"
@@ -358,10 +364,12 @@ def _stash(run: SnapshotGit, record: SnapshotRecord) -> None:
         _git_or_fail(run, "stash", "store", "-m", message, commit)
 
 
-def _displace(run: SnapshotGit, record: SnapshotRecord, destination: Path) -> int:
+def _displace(run: SnapshotGit, record: SnapshotRecord, destination: Path, notes: list[str]) -> int:
     """Move ignored files the work tree's update would overwrite or remove (where the
     snapshot has a file, or a file at a directory above them) to *destination*; how
-    many. Untracked files that are not ignored are in the step-3 snapshot already."""
+    many. Untracked files that are not ignored are in the step-3 snapshot already. One
+    that cannot be moved (another filesystem: see :func:`beneath.move_out`) is said in
+    *notes* and left to the update, which replaces it."""
     tree = record.worktree_tree
     if tree is None:
         return 0
@@ -374,7 +382,19 @@ def _displace(run: SnapshotGit, record: SnapshotRecord, destination: Path) -> in
         if not any("/".join(parts[:end]) in tracked for end in range(1, len(parts) + 1)):
             continue
         with beneath.parent_of(worktree, name) as (directory, leaf):
-            beneath.move_out(directory, leaf, destination / name)
+            try:
+                info = os.stat(leaf, dir_fd=directory, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since git listed it: nothing in the way
+            try:
+                beneath.move_out(
+                    directory, leaf, destination / name, expect=info, limit=DISPLACE_LIMIT
+                )
+            except (beneath.NotRegularError, beneath.TooLargeError, beneath.ChangedError) as error:
+                notes.append(
+                    f"{name!r} was in the way and not moved aside ({error}): git replaced it"
+                )
+                continue
         moved += 1
     return moved
 
