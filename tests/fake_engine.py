@@ -22,10 +22,12 @@ import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import IO, Any, Literal, cast, overload
+from typing import IO, Any, Literal, overload
 
 import docker
 import docker.errors
+
+from cloister_cli.container.engine import Engine
 
 FIRST_FREE_PORT = 49153  # what the engine picks for a published port of 0 (the first)
 AUTO_SUBNETS = 30  # a network made without IPAM config gets 172.30.0.0/16, then 172.31...
@@ -579,8 +581,9 @@ class FakeEngine:
         self.info_document: dict[str, Any] = {"ID": "fake-engine", "Architecture": "x86_64"}
 
     @property
-    def client(self) -> docker.DockerClient:
-        return cast("docker.DockerClient", self)
+    def client(self) -> Engine:
+        """The fake as the library's engine port (checked by mypy where it is passed)."""
+        return self
 
     def info(self) -> dict[str, Any]:
         """What ``docker info`` tells of the engine (the keys the CLI reads)."""

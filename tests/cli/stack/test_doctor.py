@@ -131,8 +131,8 @@ def test_the_proxy_is_aimed_at_by_address_with_the_cloisters_token(
     assert doctor._proxy_address(network, instance) == f"10.213.0.3:{stack.PROXY_PORT}"
     assert doctor._proxy_address({}, instance) == ""
     env = {"Config": {"Env": ["A=b", "HTTPS_PROXY=http://cloister:s3cret@proxy:3128"]}}
-    assert doctor._proxy_token(SimpleNamespace(attrs=env)) == "s3cret"  # type: ignore[arg-type]
-    assert doctor._proxy_token(SimpleNamespace(attrs={})) == ""  # type: ignore[arg-type]
+    assert doctor._proxy_token(SimpleNamespace(attrs=env)) == "s3cret"
+    assert doctor._proxy_token(SimpleNamespace(attrs={})) == ""
 
 
 def test_the_sidecar_shares_only_the_network_and_holds_nothing(
@@ -140,7 +140,7 @@ def test_the_sidecar_shares_only_the_network_and_holds_nothing(
 ) -> None:
     target = SimpleNamespace(id="c0ffee", name="cloister-x-my-api")
     client = SimpleNamespace(api=docker.APIClient(base_url="unix:///nonexistent", version="1.41"))
-    config = doctor.sidecar_config(client, instance, target)  # type: ignore[arg-type]
+    config = doctor.sidecar_config(client, instance, target)
     host = config["host_config"]
     assert host["NetworkMode"] == "container:c0ffee"
     assert host["CapDrop"] == ["ALL"]
@@ -297,7 +297,7 @@ def failed_ids(checks: list[Check]) -> set[str]:
 def test_a_sealed_container_passes(paths: CloisterPaths, instance: stack.Instance) -> None:
     engine = FakeEngine()
     container = sealed_cloister(engine, instance)
-    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    checks = doctor.container_checks(engine.client, instance, paths, container)
     assert failed_ids(checks) == set()
     assert {check.id for check in checks} == {
         "engine.network",
@@ -337,7 +337,7 @@ def test_a_writable_mount_outside_work_or_of_refs_fails(
         {"Type": "bind", "Source": "/srv/other", "Destination": "/refs/other", "RW": False},
         {"Type": "bind", **mount},
     ]  # fmt: skip
-    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    checks = doctor.container_checks(engine.client, instance, paths, container)
     assert failed_ids(checks) == failure
     for found in (check for check in checks if check.id in failure):
         assert mount["Destination"] in found.evidence
@@ -356,7 +356,7 @@ def test_a_weakened_container_fails_that_check(
 ) -> None:
     engine = FakeEngine()
     container = sealed_cloister(engine, instance, **host)
-    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    checks = doctor.container_checks(engine.client, instance, paths, container)
     assert failed_ids(checks) == {failure}
 
 
@@ -366,7 +366,7 @@ def test_a_mounted_engine_socket_fails(paths: CloisterPaths, instance: stack.Ins
     container.attrs["Mounts"].append(
         {"Type": "bind", "Source": "/var/run/docker.sock", "Destination": "/var/run/docker.sock"}
     )
-    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    checks = doctor.container_checks(engine.client, instance, paths, container)
     assert failed_ids(checks) == {"engine.docker-socket"}
 
 
@@ -377,7 +377,7 @@ def test_the_executors_directory_mounted_fails(
     container = sealed_cloister(engine, instance)
     source = str(paths.data_dir.resolve())  # holds <data>/run
     container.attrs["Mounts"].append({"Type": "bind", "Source": source, "Destination": "/x"})
-    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    checks = doctor.container_checks(engine.client, instance, paths, container)
     assert failed_ids(checks) == {"engine.executor"}
 
 
@@ -385,7 +385,7 @@ def test_a_second_network_fails(paths: CloisterPaths, instance: stack.Instance) 
     engine = FakeEngine()
     container = sealed_cloister(engine, instance)
     container.attrs["NetworkSettings"]["Networks"]["bridge"] = {"IPAddress": "172.17.0.5"}
-    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    checks = doctor.container_checks(engine.client, instance, paths, container)
     assert failed_ids(checks) == {"engine.attached"}
 
 
@@ -395,7 +395,7 @@ def test_a_network_that_is_not_internal_fails(
     engine = FakeEngine()
     container = sealed_cloister(engine, instance)
     engine.networks.by_name[instance.cloister(CLOISTER)].attrs["Internal"] = False
-    checks = doctor.container_checks(engine.client, instance, paths, container)  # type: ignore[arg-type]
+    checks = doctor.container_checks(engine.client, instance, paths, container)
     assert failed_ids(checks) == {"engine.network"}
     (network,) = (check for check in checks if check.id == "engine.network")
     assert "internal=False" in network.evidence

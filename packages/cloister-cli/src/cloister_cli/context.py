@@ -20,8 +20,6 @@ from cloister_core import stack
 from cloister_core.paths import CloisterPaths
 
 if TYPE_CHECKING:
-    import docker
-
     from cloister_cli.stack.guardian import Guardian
     from cloister_cli.stack.hub_client import HubClient
     from cloister_core.config.models import GlobalConfig
@@ -53,7 +51,7 @@ class Context:
         return stack.Instance.of(self.paths, os.getuid())
 
     @functools.cached_property
-    def docker(self) -> docker.DockerClient:
+    def docker(self) -> engine.Engine:
         return engine.connect()
 
     @functools.cached_property

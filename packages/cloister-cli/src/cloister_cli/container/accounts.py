@@ -23,6 +23,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from cloister_cli.container.engine import Engine
 from cloister_core import beneath
 from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths
@@ -80,7 +81,7 @@ def with_user(image: Accounts, *, uid: int, gid: int, name: str, home: str) -> A
     return Accounts(_render(users), _render(groups))
 
 
-def _read_from_image(client: docker.DockerClient, image: str) -> Accounts:
+def _read_from_image(client: Engine, image: str) -> Accounts:
     """``/etc/passwd`` and ``/etc/group`` of *image* (empty where it has none)."""
     container = client.containers.create(image, command=["true"], network_disabled=True)
     try:
@@ -100,7 +101,7 @@ def _read_from_image(client: docker.DockerClient, image: str) -> Accounts:
         container.remove(force=True)
 
 
-def image_accounts(client: docker.DockerClient, paths: CloisterPaths, image: str) -> Accounts:
+def image_accounts(client: Engine, paths: CloisterPaths, image: str) -> Accounts:
     """The image's accounts, read once per image id (``<data>/cache/accounts/``)."""
     image_id = str(client.images.get(image).id).removeprefix("sha256:")
     cache = paths.data_dir / "cache" / "accounts" / f"{image_id}.json"
@@ -143,7 +144,7 @@ def valid_name(name: str) -> bool:
 
 
 def for_cloister(
-    client: docker.DockerClient,
+    client: Engine,
     paths: CloisterPaths,
     cloister: str,
     image: str,

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import docker
 import docker.errors
-from docker.models.containers import Container
 from docker.types import Mount
 
 from cloister_cli.container import networks
+from cloister_cli.container.engine import Container, Engine
 from cloister_cli.container.safeguards import MARKER, shm_size
 from cloister_cli.inside.guardrails import Guardrails
 from cloister_cli.repo.gitmounts import GitPlan, bind
@@ -380,7 +380,7 @@ def _overlaps(target: str, own: str) -> bool:
 # -- lifecycle -------------------------------------------------------------------------
 
 
-def find(client: docker.DockerClient, instance: stack.Instance, name: str) -> Container | None:
+def find(client: Engine, instance: stack.Instance, name: str) -> Container | None:
     """Cloister *name*'s container of *instance*, or None."""
     try:
         container = client.containers.get(instance.cloister(name))
@@ -393,7 +393,7 @@ def find(client: docker.DockerClient, instance: stack.Instance, name: str) -> Co
 
 
 def create(
-    client: docker.DockerClient,
+    client: Engine,
     paths: CloisterPaths,
     container_plan: ContainerPlan,
     record: TokenRecord,
@@ -471,7 +471,7 @@ def new_token(workspace: Workspace, name: str) -> TokenRecord:
 
 
 def stop(
-    client: docker.DockerClient,
+    client: Engine,
     paths: CloisterPaths,
     instance: stack.Instance,
     name: str,
@@ -501,7 +501,7 @@ def stop(
 
 
 def running(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     name: str,
     *,

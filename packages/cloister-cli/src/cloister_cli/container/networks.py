@@ -36,10 +36,9 @@ from typing import Any, TypeVar
 
 import docker
 import docker.errors
-from docker.models.containers import Container
-from docker.models.networks import Network
 from docker.types import IPAMConfig, IPAMPool
 
+from cloister_cli.container.engine import Container, Engine, Network
 from cloister_core import stack
 from cloister_core.config.models import GuardianConfig
 from cloister_core.errors import CloisterError
@@ -86,7 +85,7 @@ def cloister_address_on(network: Network) -> str:
     return str(found[0].broadcast_address - 1)
 
 
-def endpoint_config(client: docker.DockerClient, network: Network) -> dict[str, Any]:
+def endpoint_config(client: Engine, network: Network) -> dict[str, Any]:
     """``networking_config`` for the cloister's container: its fixed address on *network*."""
     config = client.api.create_endpoint_config(ipv4_address=cloister_address_on(network))
     return {str(network.name): config}
@@ -111,7 +110,7 @@ def candidates(
             yield subnet
 
 
-def _find(client: docker.DockerClient, name: str) -> Network | None:
+def _find(client: Engine, name: str) -> Network | None:
     # By name exactly: networks.get() also matches an id prefix and a name's prefix.
     for network in client.networks.list(names=[name]):
         if network.name == name:
@@ -131,7 +130,7 @@ def _owned(attrs: dict[str, Any], instance: stack.Instance, cloister: str) -> bo
 
 
 def create(
-    client: docker.DockerClient, instance: stack.Instance, cloister: str, config: GuardianConfig
+    client: Engine, instance: stack.Instance, cloister: str, config: GuardianConfig
 ) -> Network:
     """The network of *cloister*, made on the first free subnet of the pool.
 
@@ -203,9 +202,7 @@ def _connected(network: Network) -> set[str]:
     return {str(key) for key in (network.attrs.get("Containers") or {})}
 
 
-def connect_services(
-    client: docker.DockerClient, instance: stack.Instance, network: Network
-) -> None:
+def connect_services(client: Engine, instance: stack.Instance, network: Network) -> None:
     """Put the instance's proxy, hostexec gateway and credential gateway on *network*,
     each under its alias (those already on it stay)."""
     network.reload()
@@ -221,7 +218,7 @@ def connect_services(
         if container.id in present:
             continue
         try:
-            network.connect(container, aliases=[alias])
+            network.connect(instance.service(service), aliases=[alias])
         except docker.errors.APIError as error:
             detail = str(error.explanation or error)
             if "already exists" not in detail:
@@ -231,7 +228,7 @@ def connect_services(
 
 
 def run_with_services(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     network: Network,
     run: Callable[[], Container],
@@ -273,7 +270,7 @@ class Ahead:
 
     def __init__(
         self,
-        client: docker.DockerClient,
+        client: Engine,
         instance: stack.Instance,
         cloister: str,
         made: Future[Network],
@@ -287,7 +284,7 @@ class Ahead:
     @classmethod
     def start(
         cls,
-        client: docker.DockerClient,
+        client: Engine,
         instance: stack.Instance,
         cloister: str,
         config: GuardianConfig,
@@ -331,15 +328,14 @@ def _on_thread(work: Callable[..., _T], *args: Any) -> Future[_T]:
         pool.shutdown(wait=False)
 
 
-def instance_networks(client: docker.DockerClient, instance: stack.Instance) -> list[Network]:
+def instance_networks(client: Engine, instance: stack.Instance) -> list[Network]:
     """The instance's cloister networks (not the stack's own)."""
-    found: list[Network] = client.networks.list(
-        filters={"label": [instance.label_filter, stack.LABEL_CLOISTER]}
+    return list(
+        client.networks.list(filters={"label": [instance.label_filter, stack.LABEL_CLOISTER]})
     )
-    return found
 
 
-def reconnect_all(client: docker.DockerClient, instance: stack.Instance) -> None:
+def reconnect_all(client: Engine, instance: stack.Instance) -> None:
     """After ``compose up`` recreated the services: back on every cloister network."""
     for network in instance_networks(client, instance):
         with contextlib.suppress(docker.errors.NotFound):  # removed by a stop meanwhile
@@ -347,7 +343,7 @@ def reconnect_all(client: docker.DockerClient, instance: stack.Instance) -> None
 
 
 def remove(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     cloister: str,
     *,
@@ -365,9 +361,7 @@ def remove(
     return True
 
 
-def find_own(
-    client: docker.DockerClient, instance: stack.Instance, cloister: str
-) -> Network | None:
+def find_own(client: Engine, instance: stack.Instance, cloister: str) -> Network | None:
     """Cloister *cloister*'s network, if there is one and it is *instance*'s (another's
     is not ours to remove)."""
     network = _find(client, instance.cloister(cloister))
@@ -379,7 +373,7 @@ def find_own(
     return network
 
 
-def remove_unused(client: docker.DockerClient, instance: stack.Instance, cloister: str) -> None:
+def remove_unused(client: Engine, instance: stack.Instance, cloister: str) -> None:
     """After a start failed: remove the network unless a container other than the
     services is on it (a concurrent start of the same name whose cloister runs there)."""
     network = _find(client, instance.cloister(cloister))

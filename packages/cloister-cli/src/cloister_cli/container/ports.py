@@ -284,9 +284,7 @@ def _forwarders(client: Engine, instance: stack.Instance, name: str | None) -> l
     return list(client.containers.list(all=True, filters={"label": [instance.label_filter, label]}))
 
 
-def forwards(
-    client: docker.DockerClient, instance: stack.Instance, name: str | None = None
-) -> list[Forward]:
+def forwards(client: Engine, instance: stack.Instance, name: str | None = None) -> list[Forward]:
     """The ports published for cloister *name* (None: for every cloister of *instance*)."""
     found: dict[str, Container | None] = {}
     listed = []
@@ -444,9 +442,7 @@ def _remove_quietly(container: Container) -> None:
         container.remove(force=True)
 
 
-def _taken(
-    client: docker.DockerClient, instance: stack.Instance, name: str, spec: PortSpec
-) -> PortError:
+def _taken(client: Engine, instance: stack.Instance, name: str, spec: PortSpec) -> PortError:
     holder = next(
         (each for each in forwards(client, instance) if each.host_port == spec.host_port),
         None,
@@ -487,7 +483,7 @@ def _wait_ready(container: Container, image: str) -> None:
 
 
 def publish(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     name: str,
     spec: PortSpec,
@@ -605,7 +601,7 @@ def _running_service(
 
 
 def remove(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     name: str,
     port: int,
@@ -640,7 +636,7 @@ def remove_all(client: Engine, instance: stack.Instance, name: str | None) -> li
     return removed
 
 
-def remove_stale(client: docker.DockerClient, instance: stack.Instance) -> list[str]:
+def remove_stale(client: Engine, instance: stack.Instance) -> list[str]:
     """Remove the forwarders whose cloister is gone (or is another container now); their
     names. For ``cloister gc``: the address they join may be another cloister's by now."""
     found: dict[str, Container | None] = {}

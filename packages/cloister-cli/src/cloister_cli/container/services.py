@@ -443,7 +443,7 @@ def remove_all(client: Engine, instance: stack.Instance, cloister: str) -> list[
     return [name for each in find(client, instance, cloister) if (name := _remove(each))]
 
 
-def stale(client: docker.DockerClient, instance: stack.Instance) -> list[Container]:
+def stale(client: Engine, instance: stack.Instance) -> list[Container]:
     """The service containers whose cloister is gone, or is another container now."""
     current: dict[str, str | None] = {}
     found = []

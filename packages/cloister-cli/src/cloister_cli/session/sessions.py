@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import docker
-
 from cloister_cli.container import cloisters
 from cloister_cli.container.cloisters import Workspace
+from cloister_cli.container.engine import Engine
 from cloister_cli.repo import gitdirs, gitmounts
 from cloister_cli.repo.gitmounts import GitPlan
 from cloister_cli.session.review import (
@@ -237,7 +236,7 @@ class FixOutcome:
     after: Report
 
 
-def fix(client: docker.DockerClient, paths: CloisterPaths, before: Report) -> FixOutcome:
+def fix(client: Engine, paths: CloisterPaths, before: Report) -> FixOutcome:
     """Apply every fix *before* offers and review again.
 
     Not while the agent runs: it could rearrange, between the review and the moves, the

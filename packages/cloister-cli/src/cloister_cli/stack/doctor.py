@@ -43,9 +43,9 @@ from typing import Any, Literal
 
 import docker
 import docker.errors
-from docker.models.containers import Container
 
-from cloister_cli.container import cloisters, listing, networks
+from cloister_cli.container import cloisters, engine, listing, networks
+from cloister_cli.container.engine import Container, Engine
 from cloister_cli.container.safeguards import no_disk_quota
 from cloister_cli.images.builds import SLIM_AGENT_IMAGE
 from cloister_cli.stack import executor_process
@@ -395,7 +395,7 @@ def parse_probe(output: str, expected: Sequence[str]) -> list[Check]:
 
 
 def sidecar_config(
-    client: docker.DockerClient, instance: stack.Instance, container: Container
+    client: Engine, instance: stack.Instance, container: Container
 ) -> dict[str, Any]:
     """The low-level ``create_container``'s arguments for the probe's sidecar (it opens
     stdin once, so the probe sees its end): in *container*'s network namespace, nothing
@@ -421,7 +421,7 @@ def sidecar_config(
 
 
 def run_probe(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     container: Container,
     parameters: bytes,
@@ -515,7 +515,7 @@ def _gateways(attrs: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _network_attrs(client: docker.DockerClient, name: str) -> dict[str, Any] | None:
+def _network_attrs(client: Engine, name: str) -> dict[str, Any] | None:
     """The inspect document of the network called *name* exactly, or None."""
     for network in client.networks.list(names=[name]):
         if network.name == name:  # the engine's filter matches a part of the name too
@@ -526,7 +526,7 @@ def _network_attrs(client: docker.DockerClient, name: str) -> dict[str, Any] | N
 
 
 def targets_for(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     config: GlobalConfig,
     container: Container,
@@ -608,7 +608,7 @@ _SOCKET_NAMES = ("docker.sock", "podman.sock", "containerd.sock")
 def _is_engine_socket(source: str) -> bool:
     if Path(source).name in _SOCKET_NAMES:
         return True
-    host = listing.docker_host()
+    host = engine.docker_host()
     if host.startswith("unix://") and source == host.removeprefix("unix://"):
         return True
     try:
@@ -624,7 +624,7 @@ def _under(path: str, directory: Path) -> bool:
 
 
 def container_checks(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     paths: CloisterPaths,
     container: Container,
@@ -756,7 +756,7 @@ def _executor_check(paths: CloisterPaths, mounted: list[str]) -> Check:
 
 
 def guardian_checks(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     paths: CloisterPaths,
     config: GlobalConfig,
@@ -826,9 +826,7 @@ def disk_check(config: GlobalConfig, engine_info: Any) -> Check:
 # -- the audit -----------------------------------------------------------------------------
 
 
-def choose(
-    client: docker.DockerClient, instance: stack.Instance, given: str | None, directory: Path
-) -> str:
+def choose(client: Engine, instance: stack.Instance, given: str | None, directory: Path) -> str:
     """NAME, else the cloister working in *directory*, else the only one running."""
     if given is not None:
         return given
@@ -852,9 +850,7 @@ def choose(
     )
 
 
-def running_container(
-    client: docker.DockerClient, instance: stack.Instance, name: str
-) -> Container:
+def running_container(client: Engine, instance: stack.Instance, name: str) -> Container:
     container = cloisters.find(client, instance, name)
     if container is None:
         raise DoctorError(f"no cloister {name!r} (`cloister list`)")
@@ -866,7 +862,7 @@ def running_container(
 
 
 def probe(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     paths: CloisterPaths,
     config: GlobalConfig,
@@ -881,7 +877,7 @@ def probe(
 
 
 def diagnose(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     paths: CloisterPaths,
     config: GlobalConfig,
@@ -891,31 +887,19 @@ def diagnose(
     started = time.monotonic()
     container = running_container(client, instance, name)
     network = probe(client, instance, paths, config, container)
-    engine = container_checks(client, instance, paths, container) + guardian_checks(
+    engine_checks = container_checks(client, instance, paths, container) + guardian_checks(
         client, instance, paths, config
     )
-    found = {check.id: check for check in network + engine}
+    found = {check.id: check for check in network + engine_checks}
     ordered = tuple(found[check_id] for check_id in CHECKS if check_id in found)
     return Report(name, container.name or "", ordered, time.monotonic() - started)
 
 
-def connect() -> docker.DockerClient:
-    """The engine, as :attr:`cloister_cli.context.Context.docker` connects (the command
-    does without the Context: it imports most of the CLI, seconds on a busy machine)."""
-    listing.check_engine_socket(listing.docker_host())
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as error:
-        raise listing.DockerUnavailableError(
-            f"no Docker engine is reachable ({error}); start Docker and try again"
-        ) from None
-    return client
-
-
 def audit(paths: CloisterPaths, given: str | None, directory: Path) -> Report:
     """``cloister doctor [NAME]`` run from *directory*, for this user."""
-    client = connect()
+    # The engine as Context.docker connects, without the Context: it imports most of the
+    # CLI, seconds on a busy machine.
+    client = engine.connect()
     instance = stack.Instance.of(paths, os.getuid())
     name = choose(client, instance, given, directory)
     return diagnose(client, instance, paths, load_global_config(paths), name)
@@ -950,7 +934,7 @@ class EngineRecord:
 
 
 def check_new_engine(
-    client: docker.DockerClient,
+    client: Engine,
     instance: stack.Instance,
     paths: CloisterPaths,
     config: GlobalConfig,

@@ -41,6 +41,7 @@ import docker.errors
 import requests
 
 from cloister_cli.container import networks, ports
+from cloister_cli.container.engine import Engine
 from cloister_cli.images.builds import (
     APPROVAL_IMAGE,
     GATEWAY_IMAGE,
@@ -161,7 +162,7 @@ class Guardian:
 
     paths: CloisterPaths
     config: GlobalConfig
-    client: docker.DockerClient
+    client: Engine
     source: Path | None
     instance: Instance
     tags: ImageTags = field(default_factory=ImageTags)

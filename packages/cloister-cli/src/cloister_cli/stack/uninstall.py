@@ -311,7 +311,7 @@ def remove_images(client: Engine, instance: stack.Instance) -> Iterator[Step]:
         yield _remove("image", tag, client.images.remove)
 
 
-def remove_networks(client: docker.DockerClient, instance: stack.Instance) -> Iterator[Step]:
+def remove_networks(client: Engine, instance: stack.Instance) -> Iterator[Step]:
     """The instance's networks: its cloisters' (what a stop left), then its stack's."""
 
     def remove(name: str) -> None:

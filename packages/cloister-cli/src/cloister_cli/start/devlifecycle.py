@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 
+from cloister_cli.container.engine import Engine
 from cloister_core.devcontainer import LifecycleCommand, LifecycleStage
 
 CREATE_STAGES: tuple[LifecycleStage, ...] = (
@@ -77,7 +78,7 @@ def lines(chunks: Iterable[bytes]) -> Iterator[str]:
 
 
 def run_one(
-    client: docker.DockerClient,
+    client: Engine,
     container: str,
     command: LifecycleCommand,
     *,
@@ -99,7 +100,7 @@ def run_one(
 
 
 def run_stages(
-    client: docker.DockerClient,
+    client: Engine,
     container: str,
     commands: Sequence[LifecycleCommand],
     stages: Sequence[LifecycleStage],
@@ -128,7 +129,7 @@ def run_stages(
 
 
 def _run_batch(
-    client: docker.DockerClient,
+    client: Engine,
     container: str,
     batch: Sequence[LifecycleCommand],
     *,
