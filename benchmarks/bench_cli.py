@@ -15,7 +15,10 @@ the local Docker engine. Measured, as wall time from launching the command:
   (until ``docker exec true`` works; ``docker rm -f`` after each, not timed). Targets:
   the start's median at most the bare run's median + 0.3 s, the stop's median at most
   0.5 s. Reported with the start's parts: the CLI until it returned, and the first
-  successful exec.
+  successful exec. The bare run's network is made once, as a cloister's is kept from
+  one of its sessions to the next.
+* a *first* ``start -d`` (no target): a repository new to Cloister each run, so its
+  network, git directory and registration are made then; ``stop`` after each.
 * ``--version``: the CLI's Python start-up (imports included), i.e. the part of every
   command that is not its work.
 
@@ -260,6 +263,24 @@ def bench_cloister_start(
     return results
 
 
+def bench_first_start(cli: Cli, runs: int) -> dict[str, Any]:
+    """*runs* starts of cloisters new to Cloister (their network made), until an exec
+    works; each stopped after (not timed)."""
+    totals: list[float] = []
+    names: list[str] = []
+    for _ in range(runs):
+        name = f"first-{secrets.token_hex(3)}"
+        repo = cli.root / name
+        make_repo(repo)
+        names.append(name)
+        started = time.perf_counter()
+        cli.run("start", "-d", cwd=repo)
+        done, _ = until_exec(cli, cli.container(name), started)
+        totals.append(done - started)
+        cli.run("stop", name)
+    return {"runs": runs, "seconds": totals, "until_exec": summary(totals), "names": names}
+
+
 def bench_version(cli: Cli, runs: int) -> dict[str, Any]:
     times = [cli.run("--version") for _ in range(runs)]
     bare = []
@@ -313,6 +334,10 @@ def report(results: dict[str, Any]) -> None:
     )
     print(line("cloister stop", start["stop"]))
     print(f"  target median <= {STOP_TARGET_SECONDS:g}s: {verdict[start['stop_meets_target']]}")
+    first = results.get("first_start")
+    if first is not None:
+        print(f"first start -d of a new cloister ({first['runs']} runs; its network made)")
+        print(line("start -d + first exec", first["until_exec"]))
     print(f"CLI start-up ({version['runs']} runs)")
     print(line("cloister --version", version["version"]))
     print(line("python -c pass", version["bare_python"]))
@@ -338,6 +363,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guardian-runs", type=int, default=5, help="0: not measured")
     parser.add_argument("--start-runs", type=int, default=7)
+    parser.add_argument("--first-runs", type=int, default=3, help="0: not measured")
     parser.add_argument("--version-runs", type=int, default=10)
     parser.add_argument("--image", default="cloister-slim:latest")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -361,6 +387,8 @@ def main() -> None:
             results["cloister_start"] = bench_cloister_start(
                 cli, repo, name, options.start_runs, bare
             )
+            if options.first_runs > 0:
+                results["first_start"] = bench_first_start(cli, options.first_runs)
             results["cli_startup"] = bench_version(cli, options.version_runs)
         finally:
             bare.remove_network()

@@ -8,9 +8,9 @@ and data directories, the small ``cloister-slim`` image and the local Docker eng
 * ``imports``: every module loaded, before the command and in it (cProfile's time in
   the import machinery); and, from as many runs without the profiler under ``-X
   importtime``, the wall time and the imports' time as Python reports them;
-* the steps: the functions the library call (``start``, ``apply``/``plan_start`` once
-  :mod:`cloister_cli.start` is split, ``stop``) calls directly, each with the time spent
-  in it (its callees included), and one level further for the steps over 20 ms;
+* the steps: the functions that the library's ``apply``, ``plan_start`` and ``stop``
+  call directly, each with the time spent in it (its callees included), and one level
+  further for the steps over 20 ms;
 * the engine's API calls (method and path; the executor's marked) and the child
   processes (git, docker), each with its wall time, in the order they were made.
 
@@ -45,7 +45,6 @@ from benchsupport import BenchError
 
 # The library calls whose direct callees are the steps: (module path suffix, function).
 TARGETS = (
-    ("cloister_cli/start/starting.py", "start"),
     ("cloister_cli/start/apply.py", "apply"),
     ("cloister_cli/start/plan.py", "plan_start"),
     ("cloister_cli/session/ending.py", "stop"),

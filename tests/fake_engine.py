@@ -183,6 +183,8 @@ class FakeContainer:
         if self.status != "running":
             raise docker.errors.APIError("409", explanation=f"container {self.name} is not running")
         engine.log.append(f"kill -s {signal} {self.name}")
+        if signal == "SIGKILL":  # the engine answers once it is not running
+            self.status = "exited"
 
     def start(self) -> None:
         engine = self._engine()
@@ -373,6 +375,7 @@ class FakeNetworks:
         self.engine.calls.append(("networks.get", {"network_id": network_id}))
         for network in self.by_name.values():
             if network_id in (network.name, network.id):
+                network.reload()  # an inspect: what is on it now
                 return network
         raise docker.errors.NotFound(f"network {network_id} not found")
 

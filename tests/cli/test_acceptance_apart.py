@@ -2,7 +2,9 @@
 
 Each cloister is alone on a network of its own with its guardian's proxy, hostexec
 gateway and credential gateway (that cloister B is out of A's reach is attacked in
-tests/e2e/test_unreachable.py): a guardian restart reconnects the services. Two guardians (two data
+tests/e2e/test_unreachable.py): a guardian restart reconnects the services. A stop keeps
+the network, with the services alone on it, for the cloister's next start, which takes
+it; another cloister reaches nothing on it meanwhile. Two guardians (two data
 directories: two instances, one root's and one another user's) run on one engine
 without touching each other: each one's cloister keeps working while the other starts
 and stops.
@@ -27,6 +29,7 @@ from tests.cli.cli_support import (
     exec_in,
     guardian,
     host_user,
+    inspect_network,
     make_repo,
     squash,
     unique,
@@ -84,6 +87,45 @@ def test_a_guardian_restart_reconnects_the_services(
     name = start(cloisters, tmp_path, "apart-restart")
     cli.ok("guardian", "stop")
     cli.ok("guardian", "start")  # compose recreates the services, on none of its networks
+    reaches_the_services(name)
+
+
+SERVICE_PORTS = {
+    "proxy": stack.PROXY_PORT,
+    "gateway": stack.HOSTEXEC_PORT,
+    "credentials": stack.CREDENTIALS_PORT,
+}
+
+
+def test_a_kept_network_is_out_of_reach_and_taken_by_the_next_start(
+    cli: CloisterCli, cloisters: Cloisters, tmp_path: Path
+) -> None:
+    name = unique("apart-kept")
+    repo = make_repo(tmp_path / name)
+    cloisters.start(repo, name)
+    other = start(cloisters, tmp_path, "apart-other")
+    network = cli.container(name)
+    (had,) = (
+        endpoint["IPv4Address"].split("/")[0]
+        for endpoint in inspect_network(network)["Containers"].values()
+        if endpoint["Name"] == network
+    )
+    cli.ok("stop", name)
+    kept = inspect_network(network)
+    on_it = {
+        endpoint["Name"]: endpoint["IPv4Address"].split("/")[0]
+        for endpoint in kept["Containers"].values()
+    }
+    ports = {cli.instance.service(service): port for service, port in SERVICE_PORTS.items()}
+    assert set(on_it) == set(ports), on_it  # the services alone
+    reaches_the_services(other)  # the control: its own
+    # From the other cloister, nothing on the kept network: not the address the stopped
+    # one had, nor the services' there.
+    for host, port in [(had, 1), *((on_it[service], ports[service]) for service in ports)]:
+        assert tcp(other, host, port) != 0, (host, port)
+    # Its next start takes the network as it is, and works there.
+    cloisters.start(repo, name)
+    assert inspect_network(network)["Id"] == kept["Id"]
     reaches_the_services(name)
 
 

@@ -33,7 +33,7 @@ another cloister of the stack: TCP by    ``test_other_cloisters_are_unreachable`
 its name, container name and address;    name resolves, every connect fails, no datagram
 UDP unicast and broadcast                arrives. Control: each reaches its own listeners
                                          and the guardian's services; stopping one leaves
-                                         the other working
+                                         the other working, B's kept network out of reach
 capabilities: ``/proc/self/status``; a   ``test_no_capabilities_and_setuid_gains_nothing``:
 setuid-root binary (``chfn``) run and    every capability set is 0, ``NoNewPrivs`` 1; the
 read while it waits                      setuid binary runs as the cloister's uid, with no
@@ -371,11 +371,16 @@ def test_other_cloisters_are_unreachable(stack: Stack, prober: Cloister) -> None
     # Both still reach the proxy, the hostexec gateway and the credential gateway.
     reaches_the_services(a)
     reaches_the_services(b)
-    # Stopping one removes its network; the other keeps working.
+    # Stopping one keeps its network for its next start, nothing on it but the
+    # services; the other keeps working, and still reaches nothing of B's.
     b.stop()
-    gone = run_command([docker_executable(), "network", "inspect", b.container], timeout=30)
-    assert gone.returncode != 0, gone.describe()
+    kept = run_command([docker_executable(), "network", "inspect", b.container], timeout=30)
+    assert kept.returncode == 0, kept.describe()
+    (document,) = kept.json()
+    assert b.container not in {e["Name"] for e in (document["Containers"] or {}).values()}
     reaches_the_services(a)
+    found = probe_all(a, [(b_address, TCP_PORT)])
+    assert all(found.values()), found
 
 
 def status_fields(text: str) -> dict[str, str]:

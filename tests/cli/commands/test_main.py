@@ -7,6 +7,7 @@ made it slow are kept out, which a test can check without a clock.
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cloister_cli.commands.main import COMMANDS, cli
+from cloister_cli.commands.main import COMMANDS, GC_THRESHOLDS, cli
 from tests.cli.engine_support import FakeEngineApi, serve
 
 CONTEXT = click.Context(cli)
@@ -96,6 +97,28 @@ def test_help_lists_the_commands_as_click_would(width: int) -> None:
     click.Group.format_commands(cli, CONTEXT, clicks)  # imports every command
     assert ours.getvalue() == clicks.getvalue()
     assert "uninstall" in ours.getvalue()
+
+
+GC_PROBE = """
+import gc, json, sys
+from cloister_cli.commands.main import main
+sys.argv = ["cloister", "--version"]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps([gc.get_threshold(), gc.get_freeze_count()]))
+"""
+
+
+def test_the_console_script_collects_rarely_and_freezes_what_is_left() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-c", GC_PROBE], check=True, capture_output=True, text=True, timeout=60
+    )
+    threshold, frozen = json.loads(ran.stdout.splitlines()[-1])
+    assert tuple(threshold) == GC_THRESHOLDS
+    assert threshold[0] > gc.get_threshold()[0]  # rarer than the interpreter's default
+    assert frozen > 0
 
 
 # -- what a command imports -------------------------------------------------------------------

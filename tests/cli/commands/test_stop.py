@@ -169,15 +169,15 @@ def test_what_fails_on_the_threads_is_shown_after_the_review_not_instead(
     guardian: FakeGuardian,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Its network's removal and the proxy's reload run while the commits come back;
-    failing, they are warnings: the review is shown and the session is released (the
-    next start does not review it again), so its report must not be lost."""
-    network = engine.add_network(INSTANCE.cloister("api"), labels=INSTANCE.labels)
+    """Its container's removal (once killed) and the proxy's reload run while the
+    commits come back; failing, they are warnings: the review is shown and the session is
+    released (the next start does not review it again), so its report must not be lost."""
+    box = engine.containers.by_name[INSTANCE.cloister("api")]
 
-    def refused() -> None:
+    def refused(force: bool = False) -> None:
         raise docker.errors.APIError("500", explanation="\x1b[2Jthe engine said no")
 
-    monkeypatch.setattr(network, "remove", refused)
+    monkeypatch.setattr(box, "remove", refused)
     guardian.error = "the proxy is gone"
     (repo / ".vscode").mkdir()
     (repo / ".vscode" / "tasks.json").write_text(
@@ -189,9 +189,9 @@ def test_what_fails_on_the_threads_is_shown_after_the_review_not_instead(
     assert result.exit_code == 0, result.output
     assert result.stdout == "stopped api\n"
     text = " ".join(result.stderr.split())
-    assert f"warning: its network {INSTANCE.cloister('api')} could not be removed" in text
+    assert f"warning: its container {INSTANCE.cloister('api')} could not be removed" in text
     assert "\\x1b[2Jthe engine said no" in text  # escaped, never sent to the terminal
-    assert "`cloister gc` removes it" in text
+    assert f"`docker rm -f {INSTANCE.cloister('api')}` removes it" in text
     assert "warning: the proxy could not be told at once (APIError: the proxy is gone)" in text
     assert ".vscode/tasks.json" in text
     assert "`cloister review api` shows them again" in text

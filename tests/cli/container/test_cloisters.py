@@ -40,7 +40,7 @@ from cloister_core.paths import CloisterPaths
 from cloister_core.repository import HumanRepository
 from cloister_core.tokens import TokenRecord, write_token_file
 from tests.cli.engine_support import INSTANCE
-from tests.fake_engine import FakeEngine
+from tests.fake_engine import FakeContainer, FakeEngine
 from tests.git_support import GIT, hermetic_git, make_repo, run_git
 
 
@@ -748,10 +748,8 @@ def test_compose_services_are_reached_directly_and_a_shared_one_on_localhost(
 # -- stop ------------------------------------------------------------------------------------
 
 
-def test_stop_revokes_the_token_once_the_container_is_gone_and_the_network_goes_on_the_pool(
-    host: Host, repo: Path
-) -> None:
-    engine = FakeEngine()
+def stopping(host: Host, repo: Path, engine: FakeEngine) -> tuple[Any, FakeContainer, Path]:
+    """Cloister api running on its network with the services, and its token."""
     for service, _ in stack.CLOISTER_SERVICES:
         engine.add_container(INSTANCE.service(service))
     network: Any = networks.create(engine.client, INSTANCE, "api", GuardianConfig())
@@ -763,26 +761,91 @@ def test_stop_revokes_the_token_once_the_container_is_gone_and_the_network_goes_
         host.paths.tokens_dir, record_for(main_checkout(repo), "api").bound_to("10.213.0.30")
     )
     engine.log.clear()
+    return network, box, tokens
+
+
+def test_stop_kills_revokes_the_token_then_removes_on_the_pool_and_keeps_the_network(
+    host: Host, repo: Path
+) -> None:
+    engine = FakeEngine()
+    network, box, tokens = stopping(host, repo, engine)
     removing = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(removing.wait, 10)  # the pool is busy: the network waits its turn
+        pool.submit(removing.wait, 10)  # the pool is busy: the removal waits its turn
         result = cloisters.stop(engine.client, host.paths, INSTANCE, "api", pool=pool)
         assert result.stopped
         assert result.project == "api"
         assert not tokens.exists()
-        assert engine.log == [f"rm {box.name}"]
-        assert INSTANCE.cloister("api") in engine.networks.by_name
+        # Not running any more when it returns (the sync reads its git directory next).
+        assert engine.log == [f"kill -s SIGKILL {box.name}"]
+        assert box.status == "exited"
         removing.set()
-        assert result.network_gone is not None
-        result.network_gone.result()
-    assert INSTANCE.cloister("api") not in engine.networks.by_name
-    assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"
+        assert result.removed is not None
+        result.removed.result()
+    assert engine.log[-1] == f"rm {box.name}"
+    assert INSTANCE.cloister("api") not in engine.containers.by_name
+    # Its network stays for the next start, with the services alone on it.
+    assert engine.networks.by_name[INSTANCE.cloister("api")] is network
+    assert sorted(network.members.values()) == sorted(
+        INSTANCE.service(service) for service, _ in stack.CLOISTER_SERVICES
+    )
 
 
-def test_stop_without_a_container_or_network_says_so(host: Host) -> None:
+@pytest.mark.parametrize("status", ["paused", "exited"])
+def test_a_container_not_running_is_removed_before_stop_returns(
+    host: Host, repo: Path, status: str
+) -> None:
     engine = FakeEngine()
+    _, box, _ = stopping(host, repo, engine)
+    box.status = status  # paused by the git guard, or stopped
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        result = cloisters.stop(engine.client, host.paths, INSTANCE, "api", pool=pool)
+    assert result.removed is None
+    assert engine.log == [f"rm {box.name}"]
+
+
+def test_a_start_on_the_network_its_last_stop_kept_makes_and_joins_nothing(
+    host: Host, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = FakeEngine()
+    network, box, _ = stopping(host, repo, engine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        cloisters.stop(engine.client, host.paths, INSTANCE, "api", pool=pool)
+    engine.log.clear()
+    engine.calls.clear()
+    original = engine.containers.run
+
+    def run(image: str, **kwargs: Any) -> FakeContainer:
+        made = original(image, **kwargs)  # at the fixed address it was given
+        made.attrs["NetworkSettings"]["Networks"][network.name] = {"IPAddress": "10.213.0.30"}
+        return made
+
+    monkeypatch.setattr(engine.containers, "run", run)
+    workspace = main_checkout(repo)
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    started = cloisters.create(
+        engine.client,
+        host.paths,
+        plan_for(host, workspace),
+        record_for(workspace, "api"),
+        instance=INSTANCE,
+        guardian=GuardianConfig(),
+        ahead=ahead,
+    )
+    assert started.name == box.name
+    assert engine.log == [f"create {box.name}", f"start {box.name}"]
+    asked = [name for name, _ in engine.calls if "networks" in name]
+    assert asked == ["api.networks", "networks.get"]  # one list, one inspect
+
+
+def test_stop_without_a_container_or_token_says_so_whatever_network_is_kept(host: Host) -> None:
+    engine = FakeEngine()
+    labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: "api"}
+    engine.add_network(INSTANCE.cloister("api"), labels=labels)  # a stop kept it
     with ThreadPoolExecutor(max_workers=1) as pool:
         result = cloisters.stop(engine.client, host.paths, INSTANCE, "api", pool=pool)
     assert not result.stopped
-    assert result.network_gone is None
+    assert result.removed is None
     assert engine.log == []
+    assert INSTANCE.cloister("api") in engine.networks.by_name

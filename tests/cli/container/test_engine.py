@@ -115,7 +115,11 @@ def test_the_default_engine_is_the_standard_socket(
     assert engine.docker_host() == "unix:///var/run/docker.sock"
 
 
-def test_connect_pings_the_engine_through_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_connect_asks_the_engine_its_api_version_and_no_ping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # version="auto": the SDK's GET /version is the one request that proves the engine
+    # answers (a failure raises in from_env: the next tests); a ping would be a second.
     pinged: list[dict[str, Any]] = []
 
     class Client:
@@ -132,8 +136,8 @@ def test_connect_pings_the_engine_through_the_sdk(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
     monkeypatch.setattr(docker, "from_env", from_env)
     assert isinstance(engine.connect(), Client)
-    assert made == [{"timeout": 60}]
-    assert len(pinged) == 1
+    assert made == [{"timeout": 60, "version": "auto"}]
+    assert pinged == []
 
 
 def test_connect_without_an_engine_on_the_socket_is_one_clear_error(

@@ -129,8 +129,9 @@ def test_other_transports_go_through_the_docker_sdk(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
     monkeypatch.setattr(docker, "from_env", from_env)
     assert isinstance(listing.connect(timeout=3), Client)
-    assert made == [{"timeout": 3}]
-    assert Client.pinged
+    # The SDK asks the engine its API version (GET /version): that answer, no ping.
+    assert made == [{"timeout": 3, "version": "auto"}]
+    assert not Client.pinged
 
 
 def test_an_unreachable_sdk_engine_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

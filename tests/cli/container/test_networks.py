@@ -1,4 +1,5 @@
-"""A cloister's own network against a fake engine: what is made, joined and removed.
+"""A cloister's own network against a fake engine: what is made, joined, kept from one
+session to the next, taken back and removed.
 
 The real engine's answers (isolation, the refusal of an overlapping subnet) are the
 acceptance tests' (test_acceptance_apart.py).
@@ -147,18 +148,14 @@ def test_a_failed_run_is_raised_once_the_services_joined() -> None:
     assert len(network.members) == len(stack.CLOISTER_SERVICES)
 
 
-def test_stop_removes_the_container_and_the_network_the_services_leave() -> None:
+def test_a_network_is_removed_once_the_services_left_it() -> None:
     engine = engine_with_services()
     network: Any = networks.create(engine.client, INSTANCE, "api", GuardianConfig())
-    box = networks.run_with_services(engine.client, INSTANCE, network, lambda: made(engine))
-    network.members[box.id] = box.name
+    networks.connect_services(engine.client, INSTANCE, network)
     engine.log.clear()
-    assert networks.remove(engine.client, INSTANCE, "api", container=box)
+    assert networks.remove(engine.client, INSTANCE, "api")
     assert INSTANCE.cloister("api") not in engine.networks.by_name
-    assert INSTANCE.cloister("api") not in engine.containers.by_name
-    # The container went by its removal, not disconnected first; the network last.
-    assert f"network disconnect {network.name} {box.name}" not in engine.log
-    assert sorted(line for line in engine.log if line.startswith("network disconnect")) == sorted(
+    assert sorted(engine.log[:-1]) == sorted(
         f"network disconnect {network.name} {INSTANCE.service(service)}"
         for service, _ in stack.CLOISTER_SERVICES
     )
@@ -181,20 +178,18 @@ def test_a_failed_start_leaves_a_network_another_start_of_the_name_runs_on() -> 
     assert INSTANCE.cloister("api") not in engine.networks.by_name
 
 
-def test_without_a_network_the_container_still_goes() -> None:
+def test_without_a_network_nothing_is_removed() -> None:
     engine = engine_with_services()
-    box = made(engine)
-    assert not networks.remove(engine.client, INSTANCE, "api", container=box)
-    assert engine.log == [f"rm {box.name}"]
+    assert not networks.remove(engine.client, INSTANCE, "api")
+    assert engine.log == []
 
 
-def test_another_instances_network_is_left_but_the_container_goes() -> None:
+def test_another_instances_network_is_left() -> None:
     engine = engine_with_services()
     theirs = engine.add_network(INSTANCE.cloister("api"), subnet="10.213.0.0/27", labels={})
-    box = made(engine)
-    assert not networks.remove(engine.client, INSTANCE, "api", container=box)
+    assert not networks.remove(engine.client, INSTANCE, "api")
     assert engine.networks.by_name[INSTANCE.cloister("api")] is theirs
-    assert engine.log == [f"rm {box.name}"]
+    assert engine.log == []
 
 
 def test_the_cloister_address_is_the_last_host_of_its_subnet() -> None:
@@ -258,18 +253,123 @@ def test_a_failed_start_discards_the_network_made_ahead() -> None:
     assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"
 
 
-def test_a_network_left_after_its_container_went_is_removed_services_first() -> None:
+# -- kept from one session to the next ------------------------------------------------------
+
+
+def kept(engine: FakeEngine, cloister: str, subnet: str, created: str = "") -> Any:
+    """Cloister *cloister*'s network as its stop left it: the services on it."""
+    labels = {**INSTANCE.labels, stack.LABEL_CLOISTER: cloister}
+    network = engine.add_network(
+        INSTANCE.cloister(cloister), subnet=subnet, labels=labels, Created=created, **GUARDED
+    )
+    for service, _ in stack.CLOISTER_SERVICES:
+        box = engine.containers.by_name[INSTANCE.service(service)]
+        network.members[box.id] = box.name
+    return network
+
+
+def test_a_kept_network_is_taken_with_one_inspect_and_no_join() -> None:
     engine = engine_with_services()
+    network = kept(engine, "api", "10.213.0.64/27")
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    assert ahead.network() is network
+    assert engine.log == []  # nothing made, nothing joined
+    assert [name for name, _ in engine.calls] == ["api.networks", "networks.get"]
+
+
+def test_a_kept_network_the_services_left_is_joined_again() -> None:
+    """``guardian start`` recreates the services: they are on no kept network then."""
+    engine = engine_with_services()
+    network = kept(engine, "api", "10.213.0.64/27")
+    network.members.clear()
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    assert ahead.network() is network
+    assert [line.split(" --alias ")[0] for line in engine.log] == [
+        f"network connect {network.name} {INSTANCE.service(service)}"
+        for service, _ in stack.CLOISTER_SERVICES
+    ]
+
+
+def test_a_stranger_on_a_kept_network_refuses_the_start_and_stays() -> None:
+    engine = engine_with_services()
+    network = kept(engine, "api", "10.213.0.64/27")
+    network.members["id-evil"] = "attack-evil"
+    ahead = networks.Ahead.start(engine.client, INSTANCE, "api", GuardianConfig())
+    ahead.join_services()
+    with pytest.raises(networks.NetworkError, match=r"not the guardian's \(attack-evil\)"):
+        ahead.network()
+    ahead.discard()
+    assert engine.networks.by_name[INSTANCE.cloister("api")] is network
+    assert engine.log == []
+
+
+@pytest.mark.parametrize(
+    ("subnet", "why"),
+    [("10.99.0.0/27", "outside the pool"), ("10.213.0.0/26", "another prefix")],
+)
+def test_a_kept_network_not_of_the_pool_is_made_anew(subnet: str, why: str) -> None:
+    engine = engine_with_services()
+    old = kept(engine, "api", subnet)
     network: Any = networks.create(engine.client, INSTANCE, "api", GuardianConfig())
-    box = networks.run_with_services(engine.client, INSTANCE, network, lambda: made(engine))
-    network.members[box.id] = box.name
-    box.remove(force=True)
-    engine.log.clear()
-    networks.remove_left(network)
-    assert sorted(engine.log[:-1]) == sorted(
-        f"network disconnect {network.name} {INSTANCE.service(service)}"
+    assert network is not old, why
+    assert network.attrs["IPAM"]["Config"][0]["Subnet"] == "10.213.0.0/27"
+    assert sorted(engine.log[:-2]) == sorted(
+        f"network disconnect {old.name} {INSTANCE.service(service)}"
         for service, _ in stack.CLOISTER_SERVICES
     )
-    assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"
-    networks.remove_left(network)  # gone already: nothing to do
-    assert engine.log[-1] == f"network rm {INSTANCE.cloister('api')}"
+    assert engine.log[-2:] == [
+        f"network rm {old.name}",
+        f"network create {INSTANCE.cloister('api')} 10.213.0.0/27",
+    ]
+
+
+def test_a_full_pool_takes_back_the_oldest_kept_network_of_a_stopped_cloister() -> None:
+    engine = engine_with_services()
+    small = GuardianConfig(network_pool="10.213.0.0/25", network_prefix=27)  # four
+    running = kept(engine, "running", "10.213.0.0/27", "2026-01-01T00:00:00Z")
+    box = engine.add_container(INSTANCE.cloister("running"))
+    running.members[box.id] = box.name
+    kept(engine, "newer", "10.213.0.32/27", "2026-03-01T00:00:00Z")
+    kept(engine, "older", "10.213.0.64/27", "2026-02-01T00:00:00Z")
+    engine.add_network("someone-else", subnet="10.213.0.96/27")  # not the instance's
+    network: Any = networks.create(engine.client, INSTANCE, "api", small)
+    assert network.attrs["IPAM"]["Config"][0]["Subnet"] == "10.213.0.64/27"
+    assert INSTANCE.cloister("older") not in engine.networks.by_name
+    assert INSTANCE.cloister("newer") in engine.networks.by_name
+    assert INSTANCE.cloister("running") in engine.networks.by_name
+    assert "someone-else" in engine.networks.by_name
+    assert engine.log[-2:] == [
+        f"network rm {INSTANCE.cloister('older')}",
+        f"network create {INSTANCE.cloister('api')} 10.213.0.64/27",
+    ]
+
+
+def test_a_full_pool_of_running_cloisters_refuses_the_start() -> None:
+    engine = engine_with_services()
+    small = GuardianConfig(network_pool="10.213.0.0/26", network_prefix=27)
+    for index, subnet in enumerate(("10.213.0.0/27", "10.213.0.32/27")):
+        network = kept(engine, f"run{index}", subnet)
+        box = engine.add_container(INSTANCE.cloister(f"run{index}"))
+        network.members[box.id] = box.name
+    with pytest.raises(networks.NetworkError, match=r"no /27 of guardian\.network_pool"):
+        networks.create(engine.client, INSTANCE, "api", small)
+    assert not [line for line in engine.log if line.startswith("network rm")]
+
+
+def test_a_guardian_restart_rejoins_only_networks_with_a_cloister() -> None:
+    engine = engine_with_services()
+    running = kept(engine, "running", "10.213.0.0/27")
+    stopped = kept(engine, "stopped", "10.213.0.32/27")
+    running.members.clear()  # compose recreated the services: on no network
+    stopped.members.clear()
+    box = engine.add_container(
+        INSTANCE.cloister("running"), {**INSTANCE.labels, stack.LABEL_CLOISTER: "running"}
+    )
+    running.members[box.id] = box.name
+    networks.reconnect_all(engine.client, INSTANCE)
+    assert sorted(running.members.values()) == sorted(
+        [box.name, *(INSTANCE.service(service) for service, _ in stack.CLOISTER_SERVICES)]
+    )
+    assert stopped.members == {}

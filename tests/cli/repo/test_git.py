@@ -49,6 +49,14 @@ def test_git_dirs_of_a_linked_worktree(repo: Path, tmp_path: Path) -> None:
     assert git.toplevel(tree) == tree
 
 
+def test_find_layout_is_layout_or_none_outside_git(repo: Path, tmp_path: Path) -> None:
+    (repo / "src").mkdir()
+    assert git.find_layout(repo / "src") == git.layout(repo / "src")
+    (tmp_path / "plain").mkdir()
+    assert git.find_layout(tmp_path / "plain") is None
+    assert git.find_layout(repo / ".git") is None  # no work tree there
+
+
 def test_git_dir_outside_a_repository_carries_gits_message(tmp_path: Path) -> None:
     with pytest.raises(GitError) as caught:
         git.layout(tmp_path)

@@ -12,6 +12,7 @@ from cloister_cli.repo.projects import Project, ProjectError, ProjectSummary
 from cloister_core.config import load_project_config
 from cloister_core.errors import CloisterNameError, ConfigError
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 from tests.git_support import hermetic_git, make_repo, run_git
 
 
@@ -45,6 +46,16 @@ def test_identify_from_a_subdirectory_uses_the_toplevel(repo: Path) -> None:
     project = projects.identify(repo / "src" / "pkg", None, allow_no_git=False)
     assert (project.name, project.root, project.git) == ("my-repo", repo, True)
     assert project.remote == "https://example.invalid/me/repo.git"
+
+
+def test_identify_keeps_the_repository_git_told_it(repo: Path) -> None:
+    # One git call: the rest of a start takes the repository from the project.
+    (repo / "src").mkdir()
+    project = projects.identify(repo / "src", None, allow_no_git=False)
+    assert project.layout is not None
+    assert project.repository() == HumanRepository.of(repo)
+    assert Project("my-repo", repo, git=True).repository() == HumanRepository.of(repo)
+    assert project == Project("my-repo", repo, git=True)  # the layout is not compared
 
 
 def test_identify_with_an_explicit_name(repo: Path) -> None:

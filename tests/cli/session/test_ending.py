@@ -1,5 +1,5 @@
 """``ending``: what ``cloister start`` (which imports it) does not pay for, and what a
-stop's cleanup on threads that fails leaves in its outcome."""
+stop's cleanup on threads that fails leaves in its outcome (its network it leaves)."""
 
 from __future__ import annotations
 
@@ -49,23 +49,26 @@ def test_what_fails_on_its_threads_is_in_the_outcome(
 ) -> None:
     """Raised at the end, it would lose the outcome (the review's report): it is in it."""
     engine = FakeEngine()
-    engine.add_container(INSTANCE.cloister("api"), {**INSTANCE.labels, stack.LABEL_CLOISTER: "api"})
+    box = engine.add_container(
+        INSTANCE.cloister("api"), {**INSTANCE.labels, stack.LABEL_CLOISTER: "api"}
+    )
     network = engine.add_network(INSTANCE.cloister("api"), labels=INSTANCE.labels)
 
-    def refused() -> None:
+    def refused(force: bool = False) -> None:
         raise docker.errors.APIError("500", explanation="no")
 
-    monkeypatch.setattr(network, "remove", refused)
+    monkeypatch.setattr(box, "remove", refused)
     monkeypatch.setattr(Context, "docker", property(lambda self: engine))
     monkeypatch.setattr(Context, "guardian", property(lambda self: _RefusingGuardian()))
     monkeypatch.setattr(Context, "instance", property(lambda self: INSTANCE))
     paths = CloisterPaths(config_dir=tmp_path / "config", data_dir=tmp_path / "data")
     outcome = ending.stop(Context(paths=paths, home=tmp_path / "home"), "api")
     assert outcome.stopped
-    assert engine.containers.by_name == {}
+    assert box.status == "exited"  # killed: nothing of it runs
+    assert engine.networks.by_name[INSTANCE.cloister("api")] is network  # kept
     assert outcome.cleanup_errors == (
-        f"its network {INSTANCE.cloister('api')} could not be removed (APIError: 500"
-        ' ("no")); `cloister gc` removes it',
+        f"its container {INSTANCE.cloister('api')} could not be removed (APIError: 500"
+        f' ("no")); `docker rm -f {INSTANCE.cloister("api")}` removes it',
         "the proxy could not be told at once (APIError: the proxy is gone); it forgets the"
         " cloister's token at its next reload",
     )

@@ -48,20 +48,32 @@ def add_network(engine: FakeEngine, cloister: str, created: datetime) -> None:
     )
 
 
-def test_networks_whose_cloister_is_gone_are_removed_once_old(tmp_path: Path) -> None:
+def test_networks_whose_cloister_no_longer_exists_are_removed_once_old(tmp_path: Path) -> None:
+    """A stop keeps the network for the next start: a stopped cloister of a registered
+    project still exists; one whose project is gone, or never had a session, does not."""
     engine = FakeEngine()
     context = context_for(tmp_path, engine)
     run_cloister(engine, "alive", tmp_path)
     now = datetime.now(UTC)
-    add_network(engine, "alive", now - timedelta(hours=1))
-    add_network(engine, "gone", now - timedelta(hours=1))
+    projects.register(context.paths, Project("kept", tmp_path, git=False))
+    for name, project in (("stopped", "kept"), ("orphaned", "unregistered")):
+        write_session(
+            context.paths,
+            SessionRecord(
+                cloister=name, project=project, worktree="/src/p", started_at=now, stopped_at=now
+            ),
+        )
+    for name in ("alive", "stopped", "orphaned", "gone"):
+        add_network(engine, name, now - timedelta(hours=1))
     add_network(engine, "starting", now)  # a start that has not run its container yet
     found = gc.survey(context)
-    assert found.stale_networks == [INSTANCE.cloister("gone")]
+    stale = [INSTANCE.cloister("gone"), INSTANCE.cloister("orphaned")]
+    assert found.stale_networks == stale
     assert not found.empty
-    assert gc.collect(context, found).networks == [INSTANCE.cloister("gone")]
+    assert gc.collect(context, found).networks == stale
     removed = [line for line in engine.log if line.startswith("network rm ")]
-    assert removed == [f"network rm {INSTANCE.cloister('gone')}"]
+    assert removed == [f"network rm {name}" for name in stale]
+    assert INSTANCE.cloister("stopped") in engine.networks.by_name
 
 
 def test_dead_cloisters_have_a_token_or_an_unfinished_session_and_no_container(

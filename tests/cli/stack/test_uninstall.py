@@ -124,7 +124,7 @@ def installed(engine: FakeEngine, paths: CloisterPaths, tmp_path: Path) -> FakeE
         engine.add_image(tag)
     for name in NETWORKS:
         engine.add_network(name, labels=INSTANCE.labels)
-    # A cloister's network its stop did not remove, and another instance's stack.
+    # The network a stop kept for the cloister's next start, and another instance's stack.
     gone = {**INSTANCE.labels, stack.LABEL_CLOISTER: "gone"}
     engine.add_network(INSTANCE.cloister("gone"), labels=gone)
     write(paths.config_file, "defaults: {}\n")
@@ -148,11 +148,13 @@ def test_removes_cloisters_guardian_images_and_networks(
     installed.add_network(OTHER.egress_net, labels=OTHER.labels)  # another guardian's
     result = run(env, "--yes")
     assert result.exit_code == 0, result.output
-    assert installed.log == [
-        f"rm {INSTANCE.cloister('api')}",
-        "proxy reload",
-        f"rm {INSTANCE.cloister('web')}",
-        "proxy reload",
+    # Each cloister killed, then removed while the proxy is told (both on threads).
+    for start, name in ((0, "api"), (3, "web")):
+        assert installed.log[start] == f"kill -s SIGKILL {INSTANCE.cloister(name)}"
+        assert sorted(installed.log[start + 1 : start + 3]) == sorted(
+            [f"rm {INSTANCE.cloister(name)}", "proxy reload"]
+        )
+    assert installed.log[6:] == [
         "guardian stop",
         # The images stay: another guardian on this engine (OTHER) still uses them.
         f"network rm {INSTANCE.cloister('gone')}",
@@ -204,7 +206,7 @@ def test_removes_the_forwarders_of_cloister_port_before_the_images(
     log = installed.log
     # Stopping a cloister removes its own; the rest go before the image they run.
     api_forwarder = f"rm {INSTANCE.forwarder('api', 8000)}"
-    assert log.index(api_forwarder) + 1 == log.index(f"rm {INSTANCE.cloister('api')}")
+    assert log.index(api_forwarder) + 1 == log.index(f"kill -s SIGKILL {INSTANCE.cloister('api')}")
     gone_forwarder = f"rm {INSTANCE.forwarder('gone', 3000)}"
     assert log.index(gone_forwarder) < log.index("rmi cloister-proxy:latest")
     assert f"removed container {INSTANCE.forwarder('gone', 3000)}\n" in result.output

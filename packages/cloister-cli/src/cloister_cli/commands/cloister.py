@@ -241,11 +241,11 @@ def _dry_run(context: Context, options: plan.StartOptions, *, as_json: bool) -> 
 def _lifecycle(context: Context, outcome: apply.StartOutcome, when: str) -> None:
     """Run the devcontainer's lifecycle commands of *when* inside the cloister; a failure
     is a warning (the cloister stays up)."""
-    from cloister_cli.start import devlifecycle  # noqa: PLC0415 - see the module docstring
-
     devcontainer = outcome.devcontainer
     if devcontainer is None or not devcontainer.lifecycle:
         return
+    from cloister_cli.start import devlifecycle  # noqa: PLC0415 - see the module docstring
+
     stages = devlifecycle.CREATE_STAGES if when == "create" else devlifecycle.ATTACH_STAGES
     outcomes = devlifecycle.run_stages(
         context.docker,

@@ -125,8 +125,9 @@ def gc(context: Context, dry_run: bool, yes: bool, as_json: bool) -> None:
     removes the empty stand-ins a stop killed half-way left. It also
     removes snapshots the `snapshots:` rules expire, and asks before removing a
     worktree under <data>/worktrees whose repository is gone or forgot it (it
-    may hold the only copy of uncommitted work). Port forwarders and networks
-    whose cloister is gone are removed (this guardian's only).
+    may hold the only copy of uncommitted work). Port forwarders whose cloister
+    is gone, and networks of cloisters that no longer exist (a stop keeps a
+    cloister's network for its next start), are removed (this guardian's only).
 
     \b
     Examples:

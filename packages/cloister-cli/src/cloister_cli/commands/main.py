@@ -13,6 +13,7 @@ docker SDK (``benchmarks/bench_cli_speed.py`` times them).
 from __future__ import annotations
 
 import errno
+import gc
 import importlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -209,5 +210,20 @@ def cli(ctx: click.Context) -> None:
     ctx.obj = Context(paths=CloisterPaths.from_env())
 
 
+# The cyclic collector's thresholds while a command runs. A run allocates mostly what
+# lives until it ends (modules, classes, pydantic's schemas): at the default (700) the
+# collector walked all of it again and again, about a fifth of a `cloister start`
+# (benchmarks/bench_cli.py). Rarer passes still bound what a long command (`logs
+# --follow`, an attached session) leaves behind.
+GC_THRESHOLDS = (50_000, 50, 100)
+
+
 def main() -> None:
-    cli(prog_name="cloister")
+    """The ``cloister`` console script."""
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        cli(prog_name="cloister")
+    finally:
+        # All that is left lives until the exit: frozen, the interpreter's teardown
+        # does not walk it once more.
+        gc.freeze()

@@ -16,14 +16,13 @@ import json
 import os
 import pwd
 import re
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import docker.errors
 
-from cloister_cli.container.engine import Engine
+from cloister_cli.container.engine import Engine, Image
 from cloister_core import beneath
 from cloister_core.fileio import atomic_write
 from cloister_core.paths import CloisterPaths
@@ -83,6 +82,8 @@ def with_user(image: Accounts, *, uid: int, gid: int, name: str, home: str) -> A
 
 def _read_from_image(client: Engine, image: str) -> Accounts:
     """``/etc/passwd`` and ``/etc/group`` of *image* (empty where it has none)."""
+    import tarfile  # noqa: PLC0415 - once per image: a start finds them in the cache
+
     container = client.containers.create(image, command=["true"], network_disabled=True)
     try:
         texts = []
@@ -101,16 +102,17 @@ def _read_from_image(client: Engine, image: str) -> Accounts:
         container.remove(force=True)
 
 
-def image_accounts(client: Engine, paths: CloisterPaths, image: str) -> Accounts:
-    """The image's accounts, read once per image id (``<data>/cache/accounts/``)."""
-    image_id = str(client.images.get(image).id).removeprefix("sha256:")
+def image_accounts(client: Engine, paths: CloisterPaths, image: Image) -> Accounts:
+    """The accounts of *image* (as the engine answered its inspect), read once per image
+    id (``<data>/cache/accounts/``)."""
+    image_id = str(image.id).removeprefix("sha256:")
     cache = paths.data_dir / "cache" / "accounts" / f"{image_id}.json"
     try:
         data = json.loads(cache.read_text(encoding="utf-8"))
         return Accounts(str(data["passwd"]), str(data["group"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    found = _read_from_image(client, image)
+    found = _read_from_image(client, str(image.id))
     atomic_write(cache, json.dumps({"passwd": found.passwd, "group": found.group}), mode=0o600)
     return found
 
@@ -147,14 +149,15 @@ def for_cloister(
     client: Engine,
     paths: CloisterPaths,
     cloister: str,
-    image: str,
+    image: Image,
     home: str,
     *,
     name: str | None = None,
 ) -> tuple[Path, Path]:
-    """Write the accounts of *cloister*: *name* (a devcontainer's ``remoteUser``) for the
-    user's uid when valid, else the host user's name (see :func:`with_user` for when the
-    image already has an account for the uid, or uses the name)."""
+    """Write the accounts of *cloister*, which runs *image* (its inspect): *name* (a
+    devcontainer's ``remoteUser``) for the user's uid when valid, else the host user's
+    name (see :func:`with_user` for when the image already has an account for the uid,
+    or uses the name)."""
     uid, gid = os.getuid(), os.getgid()
     found = with_user(
         image_accounts(client, paths, image),

@@ -19,12 +19,15 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from docker.types import Mount
 
 from cloister_cli.container.cloisters import Extras
-from cloister_core.devcontainer import Devcontainer, MountSpec
 from cloister_core.names import validate_name
+
+if TYPE_CHECKING:
+    from cloister_core.devcontainer import Devcontainer, MountSpec
 
 _CONTAINER_ENV = re.compile(r"\$\{containerEnv:([^}:]+)(?::([^}]*))?\}")
 

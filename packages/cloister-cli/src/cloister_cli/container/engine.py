@@ -328,14 +328,15 @@ def check_engine_socket(host: str) -> None:
 
 
 def connect(timeout: float = TIMEOUT) -> docker.DockerClient:
-    """The docker SDK's client of ``$DOCKER_HOST``, once the engine has answered a ping."""
+    """The docker SDK's client of ``$DOCKER_HOST``, once the engine has answered."""
     import docker  # noqa: PLC0415 - the SDK is slow to import: only a command that needs it
     import docker.errors  # noqa: PLC0415
 
     check_engine_socket(docker_host())
     try:
-        client = docker.from_env(timeout=int(timeout))
-        client.ping()
+        # The API version is asked of the engine (GET /version): its answer is the
+        # proof it is there, so no ping follows.
+        client = docker.from_env(timeout=int(timeout), version="auto")
     except docker.errors.DockerException as error:
         raise DockerUnavailableError(
             f"no Docker engine is reachable ({error}); start Docker and try again"

@@ -1,4 +1,4 @@
-"""A network per cloister: made at its start, removed at its stop.
+"""A network per cloister: made at its first start, kept from one session to the next.
 
 A cloister is alone on an internal network of its own, named like its container
 (``cloister-<id>-<name>``), created ``internal`` with
@@ -13,7 +13,8 @@ reach each other.
 Its subnet is explicit: the first ``/guardian.network_prefix`` of
 ``guardian.network_pool`` that overlaps no network on the engine (another instance's
 included). Two starts at once may pick the same one; the engine then refuses the
-second, which takes the next.
+second, which takes the next. When none is free, a start takes back (removes) the
+instance's kept networks of cloisters that are not running, oldest first.
 
 The cloister's own address on it is fixed: the subnet's last host address (the services
 take the lowest free ones). Its token is bound to that address, so a container the engine
@@ -21,9 +22,22 @@ starts again (after a restart of the engine, or ``docker restart`` while the gua
 was down) comes back with the address its token names, rather than one a service held
 meanwhile.
 
+A stop leaves the network, with the services on it, and the next start of that cloister
+takes it (:func:`create`; one inspect, nothing made nor joined): the network's creation
+and the services' joins are about 0.2 s of the engine's time that a start waits for, and
+their removal slowed the stop. Keeping it is safe: it holds nothing but the services,
+which are on it while the cloister runs too, and they refuse the address it had (its
+token goes at its stop; the next cloister there gets a new one); no other cloister can
+join it or route to it (each is on its own internal network, and the proxy and the
+credential gateway never dial the pool). A start takes it only as Cloister made it: the
+instance's labels, internal with ``inhibit_ipv4`` and no IPv6, nothing but the services
+on it (anything else refuses the start), a subnet of the current pool and prefix (else
+it is made anew). ``cloister gc`` removes those of cloisters that no longer exist,
+``cloister uninstall`` all.
+
 The engine does one network change at a time, so the work is laid out to wait on it as
 little as possible: the services join while the cloister's container is made
-(:func:`run_with_services`), and leave while it is removed (:func:`remove`).
+(:func:`run_with_services`) or, at a start, while the rest of it runs (:class:`Ahead`).
 """
 
 from __future__ import annotations
@@ -132,11 +146,12 @@ def _owned(attrs: dict[str, Any], instance: stack.Instance, cloister: str) -> bo
 def create(
     client: Engine, instance: stack.Instance, cloister: str, config: GuardianConfig
 ) -> Network:
-    """The network of *cloister*, made on the first free subnet of the pool.
+    """The network of *cloister*: the one its last session left (or a killed start), or
+    one made on the first free subnet of the pool.
 
-    One left by a start that was killed is taken as it is when it is the instance's own
-    and holds nothing but the instance's services; any other network of that name
-    refuses the start.
+    A network of that name is taken as it is when it is the instance's own, guarded, holds
+    nothing but the instance's services and has a subnet of the pool; made anew when only
+    its subnet is not; any other refuses the start.
     """
     name = instance.cloister(cloister)
     # One list answer tells both whether it exists and which subnets are taken: it holds
@@ -144,32 +159,23 @@ def create(
     listed: list[dict[str, Any]] = client.api.networks()
     existing = next((attrs for attrs in listed if attrs.get("Name") == name), None)
     if existing is not None:
-        if _owned(existing, instance, cloister):
-            found: Network = client.networks.get(existing["Id"])
-            found.reload()
-            strangers = _strangers(found, instance)
-            if strangers:
-                # Labels are anyone's to set: what is on it decides (a container left on it
-                # would be alone with the cloister, past the proxy).
-                raise NetworkError(
-                    f"network {name!r} has containers on it that are not the guardian's"
-                    f" ({', '.join(strangers)}); remove them (`docker rm -f ...`) or the"
-                    f" network (`docker network rm {name}`) and start again"
-                )
-            return found
-        raise NetworkError(
-            f"network {name!r} exists and is not cloister {cloister!r}'s own internal network;"
-            f" remove it (`docker network rm {name}`) and start again"
-        )
+        kept = _take(client, instance, cloister, existing, config)
+        if kept is not None:
+            return kept
+        listed = [attrs for attrs in listed if attrs.get("Id") != existing.get("Id")]
     tried: list[ipaddress.IPv4Network] = []
     while True:
         subnet = next(candidates(config, [*taken_subnets(listed), *tried]), None)
         if subnet is None:
-            raise NetworkError(
-                f"no /{config.network_prefix} of guardian.network_pool {config.network_pool!r}"
-                " is free on this engine; stop cloisters (`cloister gc` removes networks whose"
-                " cloister is gone), or set a larger guardian.network_pool"
-            )
+            if not _take_back(client, instance, listed, config):
+                raise NetworkError(
+                    f"no /{config.network_prefix} of guardian.network_pool"
+                    f" {config.network_pool!r} is free on this engine; stop cloisters"
+                    " (`cloister gc` removes networks whose cloister is gone), or set a"
+                    " larger guardian.network_pool"
+                )
+            listed = client.api.networks()
+            continue
         try:
             return client.networks.create(
                 name,
@@ -189,6 +195,82 @@ def create(
             listed = client.api.networks()
 
 
+def _take(
+    client: Engine,
+    instance: stack.Instance,
+    cloister: str,
+    existing: dict[str, Any],
+    config: GuardianConfig,
+) -> Network | None:
+    """The network *existing* (the engine's list entry) when it is as :func:`create`
+    makes it; None once removed because its subnet is not of the pool any more."""
+    name = str(existing.get("Name"))
+    if not _owned(existing, instance, cloister):
+        raise NetworkError(
+            f"network {name!r} exists and is not cloister {cloister!r}'s own internal network;"
+            f" remove it (`docker network rm {name}`) and start again"
+        )
+    found: Network = client.networks.get(existing["Id"])  # its inspect: what is on it
+    strangers = _strangers(found, instance)
+    if strangers:
+        # Labels are anyone's to set: what is on it decides (a container left on it
+        # would be alone with the cloister, past the proxy).
+        raise NetworkError(
+            f"network {name!r} has containers on it that are not the guardian's"
+            f" ({', '.join(strangers)}); remove them (`docker rm -f ...`) or the"
+            f" network (`docker network rm {name}`) and start again"
+        )
+    if in_pool(found.attrs, config):
+        return found
+    remove_network(found)  # guardian.network_pool or _prefix changed since it was made
+    return None
+
+
+def in_pool(attrs: dict[str, Any], config: GuardianConfig) -> bool:
+    """Whether a network has one subnet, a ``/network_prefix`` of the ``network_pool``."""
+    found = subnets(attrs)
+    pool = ipaddress.IPv4Network(config.network_pool)
+    return (
+        len(found) == 1 and found[0].prefixlen == config.network_prefix and found[0].subnet_of(pool)
+    )
+
+
+def _take_back(
+    client: Engine, instance: stack.Instance, listed: list[dict[str, Any]], config: GuardianConfig
+) -> bool:
+    """Remove the oldest kept network of the instance's cloisters that are not running
+    (nothing but the services on it) whose subnet is of the pool; whether one went.
+
+    A start of that cloister taking it at this very moment fails (its container finds no
+    network) and says so: only a full pool comes to this.
+    """
+    kept = sorted(
+        (
+            attrs
+            for attrs in listed
+            if _owned(attrs, instance, (attrs.get("Labels") or {}).get(stack.LABEL_CLOISTER, ""))
+            and any(
+                subnet.subnet_of(ipaddress.IPv4Network(config.network_pool))
+                for subnet in subnets(attrs)
+            )
+        ),
+        key=lambda attrs: str(attrs.get("Created") or ""),
+    )
+    for attrs in kept:
+        try:
+            network = client.networks.get(attrs["Id"])
+        except docker.errors.NotFound:
+            continue
+        if _strangers(network, instance):
+            continue  # its cloister runs there
+        try:
+            remove_network(network)
+        except docker.errors.APIError:
+            continue  # a container joined it meanwhile
+        return True
+    return False
+
+
 def _strangers(network: Network, instance: stack.Instance) -> list[str]:
     """What is on *network* besides the instance's services, by name."""
     services = {instance.service(service) for service, _ in stack.CLOISTER_SERVICES}
@@ -202,29 +284,44 @@ def _connected(network: Network) -> set[str]:
     return {str(key) for key in (network.attrs.get("Containers") or {})}
 
 
-def connect_services(client: Engine, instance: stack.Instance, network: Network) -> None:
+def connect_services(
+    client: Engine, instance: stack.Instance, network: Network, *, fresh: bool = False
+) -> None:
     """Put the instance's proxy, hostexec gateway and credential gateway on *network*,
-    each under its alias (those already on it stay)."""
-    network.reload()
-    present = _connected(network)
+    each under its alias; those on it already stay (on a network kept from the last
+    session, all of them: nothing is joined). *fresh*: its ``attrs`` were just read."""
+    if not fresh:
+        network.reload()
+    present = {
+        str(endpoint.get("Name")) for endpoint in (network.attrs.get("Containers") or {}).values()
+    }
     for service, alias in stack.CLOISTER_SERVICES:
+        if instance.service(service) in present:
+            continue
         try:
-            container = client.containers.get(instance.service(service))
+            network.connect(instance.service(service), aliases=[alias])
         except docker.errors.NotFound:
+            if _exists(client, instance.service(service)):
+                raise  # the network went
             raise NetworkError(
                 f"the guardian's {service} ({instance.service(service)}) is not there;"
                 " `cloister guardian start`"
             ) from None
-        if container.id in present:
-            continue
-        try:
-            network.connect(instance.service(service), aliases=[alias])
         except docker.errors.APIError as error:
             detail = str(error.explanation or error)
             if "already exists" not in detail:
                 raise NetworkError(
-                    f"cannot connect {container.name} to network {network.name!r}: {detail}"
+                    f"cannot connect {instance.service(service)} to network"
+                    f" {network.name!r}: {detail}"
                 ) from None
+
+
+def _exists(client: Engine, container: str) -> bool:
+    try:
+        client.containers.get(container)
+    except docker.errors.NotFound:
+        return False
+    return True
 
 
 def run_with_services(
@@ -260,12 +357,13 @@ class Ahead:
     makes then (measured: the network's creation and the three joins are about 0.2 s of
     the engine's time, and slow the container's start when they overlap it).
 
-    :meth:`start` makes it (as :func:`create`), :meth:`join_services` has the services
-    join it once they run (as :func:`connect_services`; a failure removes the network
-    again, unless a container other than the services is on it), :meth:`network` waits
-    for both and raises what they raised. :meth:`discard` is a failed start's undo:
-    it waits, then removes the network as :func:`remove_unused` does. Each thread is
-    waited for by one of these two; nothing is left running.
+    :meth:`start` makes it, or takes the one kept from the cloister's last session (as
+    :func:`create`), :meth:`join_services` has the services join it once they run (as
+    :func:`connect_services`: on a kept network, they are there already; a failure
+    removes the network again, unless a container other than the services is on it),
+    :meth:`network` waits for both and raises what they raised. :meth:`discard` is a
+    failed start's undo: it waits, then removes the network as :func:`remove_unused`
+    does. Each thread is waited for by one of these two; nothing is left running.
     """
 
     def __init__(
@@ -300,11 +398,17 @@ class Ahead:
     def _join(self) -> Network:
         network = self._made.result()
         try:
-            connect_services(self._client, self._instance, network)
+            # Just made or inspected: a kept network's services are seen on it as they are.
+            connect_services(self._client, self._instance, network, fresh=True)
         except BaseException:
             remove_unused(self._client, self._instance, self._cloister)
             raise
         return network
+
+    @property
+    def joins(self) -> bool:
+        """Whether the services join it here (:meth:`join_services` was called)."""
+        return self._joined is not None
 
     def network(self) -> Network:
         """The network, made and joined (or made, when nobody asked for the joining)."""
@@ -336,28 +440,26 @@ def instance_networks(client: Engine, instance: stack.Instance) -> list[Network]
 
 
 def reconnect_all(client: Engine, instance: stack.Instance) -> None:
-    """After ``compose up`` recreated the services: back on every cloister network."""
+    """After ``compose up`` recreated the services: back on the network of every cloister
+    that has a container. A kept network (its cloister stopped) stays without them; its
+    next start has them join."""
+    containers = client.containers.list(
+        all=True, filters={"label": [instance.label_filter, stack.LABEL_CLOISTER]}
+    )
+    with_container = {container.name for container in containers}
     for network in instance_networks(client, instance):
-        with contextlib.suppress(docker.errors.NotFound):  # removed by a stop meanwhile
-            connect_services(client, instance, network)
+        if network.name in with_container:
+            with contextlib.suppress(docker.errors.NotFound):  # removed meanwhile
+                connect_services(client, instance, network)
 
 
-def remove(
-    client: Engine,
-    instance: stack.Instance,
-    cloister: str,
-    *,
-    container: Container | None = None,
-) -> bool:
+def remove(client: Engine, instance: stack.Instance, cloister: str) -> bool:
     """Remove cloister *cloister*'s network, disconnecting what is still on it (the
-    services, a forwarder), and *container* (the cloister's, on it) with it; whether there
-    was a network."""
+    services, a forwarder); whether there was a network."""
     network = find_own(client, instance, cloister)
     if network is None:
-        if container is not None:
-            container.remove(force=True)
         return False
-    remove_network(network, container=container)
+    remove_network(network)
     return True
 
 
@@ -381,34 +483,21 @@ def remove_unused(client: Engine, instance: stack.Instance, cloister: str) -> No
         remove(client, instance, cloister)
 
 
-def remove_network(network: Network, *, container: Container | None = None) -> None:
-    """Remove *network* once *container* is removed and the rest disconnected.
+def remove_network(network: Network) -> None:
+    """Remove *network* (its ``attrs`` just read) once what is on it is disconnected.
 
-    The rest are disconnected on threads while *container* goes: the engine still makes
-    one change at a time, but without a round trip between them (measured: about a tenth
-    of a second less at a stop).
+    They are disconnected on threads: the engine still makes one change at a time, but
+    without a round trip between them.
     """
-    others = sorted(_connected(network) - {container.id if container is not None else ""})
-    with ThreadPoolExecutor(
-        max_workers=len(others) + 1, thread_name_prefix="cloister-leave"
-    ) as pool:
-        leaving = [pool.submit(_disconnect, network, container_id) for container_id in others]
-        if container is not None:
-            container.remove(force=True)
-        for done in leaving:
-            done.result()
+    others = sorted(_connected(network))
+    if others:
+        with ThreadPoolExecutor(
+            max_workers=len(others), thread_name_prefix="cloister-leave"
+        ) as pool:
+            for done in [pool.submit(_disconnect, network, each) for each in others]:
+                done.result()
     with contextlib.suppress(docker.errors.NotFound):
         network.remove()
-
-
-def remove_left(network: Network) -> None:
-    """Remove *network* once its cloister's container is gone (``stop`` on a pool): what
-    is still on it now (the services, a forwarder) is disconnected first."""
-    try:
-        network.reload()
-    except docker.errors.NotFound:
-        return
-    remove_network(network)
 
 
 def _disconnect(network: Network, container_id: str) -> None:

@@ -44,13 +44,28 @@ class Layout:
     common_dir: Path  # the repository's shared one (the main checkout's ``.git``)
 
 
-def layout(worktree: Path) -> Layout:
-    result = run(worktree, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir")
-    top, gitdir, common = result.stdout.splitlines()[:3]
+_LAYOUT = ("rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir")
+
+
+def _layout(worktree: Path, output: str) -> Layout:
+    top, gitdir, common = output.splitlines()[:3]
     common_path = Path(common)
     if not common_path.is_absolute():
         common_path = (worktree / common_path).resolve()
     return Layout(Path(top), Path(gitdir), common_path)
+
+
+def layout(worktree: Path) -> Layout:
+    return _layout(worktree, run(worktree, *_LAYOUT).stdout)
+
+
+def find_layout(directory: Path) -> Layout | None:
+    """:func:`layout`, or None outside a git working tree (what :func:`toplevel` and
+    :func:`layout` tell, in one ``git`` call)."""
+    result = run(directory, *_LAYOUT, check=False)
+    if result.returncode != 0 or len(result.stdout.splitlines()) < 3:
+        return None
+    return _layout(directory, result.stdout)
 
 
 def remote_url(worktree: Path) -> str | None:

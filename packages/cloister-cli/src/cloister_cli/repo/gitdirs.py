@@ -175,15 +175,18 @@ class _Refs:
 
 
 def _earlier_work(
-    repository: HumanRepository, cloister: str, refs: _Refs, *, keep_human: str | None
+    repository: HumanRepository,
+    earlier: dict[str, str],
+    refs: _Refs,
+    *,
+    keep_human: str | None,
 ) -> None:
-    """The agent's branches of an earlier session where they hold commits the human's
-    lack; *keep_human* (the branch checked out in a shared work tree, whose index is
-    the human's) keeps the human's commit, and the agent's goes beside it."""
-    prefix = agent_ref(cloister, "")
+    """The agent's branches of an earlier session (*earlier*: branch -> commit, from
+    ``refs/cloister/<cloister>/``) where they hold commits the human's lack;
+    *keep_human* (the branch checked out in a shared work tree, whose index is the
+    human's) keeps the human's commit, and the agent's goes beside it."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    for name, oid in repository.refs(prefix).items():
-        branch = name.removeprefix(prefix)
+    for branch, oid in earlier.items():
         if branch_name_problem(branch) is not None:
             continue  # one an older Cloister took: it would not come back again
         ref = f"refs/heads/{branch}"
@@ -239,7 +242,13 @@ def _fill(
     branch: str | None,
 ) -> OwnGitDir:
     object_format = repository.object_format()
-    human = repository.refs(*COPIED_REFS)
+    # One git call for the human's refs and the agent's of an earlier session.
+    prefix = agent_ref(cloister, "")
+    found = repository.refs(*COPIED_REFS, prefix)
+    human = {name: oid for name, oid in found.items() if not name.startswith(prefix)}
+    earlier = {
+        name.removeprefix(prefix): oid for name, oid in found.items() if name.startswith(prefix)
+    }
     heads = {
         name.removeprefix("refs/heads/"): oid
         for name, oid in human.items()
@@ -249,7 +258,7 @@ def _fill(
     shared = branch is None
     head = _head(repository) if shared else f"ref: refs/heads/{branch}\n"
     checked_out = head.removeprefix("ref: refs/heads/").strip() if head.startswith("ref:") else None
-    _earlier_work(repository, cloister, chosen, keep_human=checked_out if shared else None)
+    _earlier_work(repository, earlier, chosen, keep_human=checked_out if shared else None)
     chosen.refs.update({f"refs/remotes/{HOST_REMOTE}/{name}": oid for name, oid in heads.items()})
     atomic_write(target / "packed-refs", _packed_refs(chosen.refs), mode=0o644)
     atomic_write(target / "HEAD", _bytes(head), mode=0o644)

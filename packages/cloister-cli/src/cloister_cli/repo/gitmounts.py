@@ -312,14 +312,15 @@ def _repository_paths(scan: _TreeScan, checkout: Path, home: Path, place: Path) 
         # A nested repository's hooks or includes elsewhere in the project.
         return normal if _inside(normal, scan.worktree) else None
 
-    hooks = here(git.hooks_directory(checkout))
+    hooks_directory = git.hooks_directory(checkout)
+    hooks = here(hooks_directory)
     if hooks is not None:
         husky = place / ".husky"
         if _inside(hooks, husky):  # husky's hooks run the scripts beside them
             scan.protect(husky, "husky runs your hooks from it", directory=True)
         else:
             scan.protect(hooks, "core.hooksPath runs your hooks from it", directory=True)
-    for framework in sorted(_hook_frameworks(git.hooks_directory(checkout))):
+    for framework in sorted(_hook_frameworks(hooks_directory)):
         for name in HOOK_FRAMEWORKS[framework]:
             # A missing one too (an empty directory stands in): the agent would otherwise
             # create the file your next commit's hook reads and runs.

@@ -10,19 +10,21 @@ suggests ``-p``. The file is the human's, so it is edited round-trip (comments k
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ruamel.yaml.comments import CommentedMap
 
 from cloister_cli.images import shape
 from cloister_cli.repo import git
+from cloister_cli.repo.git import Layout
 from cloister_core.config import load_project_config
 from cloister_core.config.loader import load_text, parse_yaml, round_trip_yaml
 from cloister_core.errors import CloisterError
 from cloister_core.fileio import atomic_write, locked
 from cloister_core.names import project_name_from_path, validate_name
 from cloister_core.paths import CloisterPaths
+from cloister_core.repository import HumanRepository
 
 
 class ProjectError(CloisterError):
@@ -35,12 +37,22 @@ class Project:
     root: Path
     git: bool
     remote: str | None = None
+    # Where git keeps it, as :func:`identify` asked (None: not asked, or no git): the
+    # rest of a start reads it here rather than ask git again.
+    layout: Layout | None = field(default=None, compare=False, repr=False)
+
+    def repository(self) -> HumanRepository:
+        """Its repository (:class:`HumanRepository` of its root), as :func:`identify`
+        read it; asked of git when it was not."""
+        if self.layout is None:
+            return HumanRepository.of(self.root)
+        return HumanRepository(self.layout.toplevel, self.layout.git_dir, self.layout.common_dir)
 
 
 def identify(directory: Path, name: str | None, *, allow_no_git: bool) -> Project:
     """The project of *directory* (its git working tree), named *name* or after it."""
-    top = git.toplevel(directory)
-    if top is None:
+    layout = git.find_layout(directory)  # one git call: the work tree and its git dir
+    if layout is None:
         if not allow_no_git:
             raise ProjectError(
                 f"{directory} is not inside a git repository; Cloister relies on git to undo"
@@ -48,9 +60,9 @@ def identify(directory: Path, name: str | None, *, allow_no_git: bool) -> Projec
             )
         root, remote = directory.resolve(), None
     else:
+        top = layout.toplevel
         root, remote = top.resolve(), git.remote_url(top)
         here = directory.resolve()
-        layout = git.layout(directory)
         own = root / ".git"
         foreign = here != root and root not in here.parents
         if foreign or (own.is_dir() and own.resolve() != layout.git_dir.resolve()):
@@ -61,7 +73,7 @@ def identify(directory: Path, name: str | None, *, allow_no_git: bool) -> Projec
     project_name = (
         validate_name(name, what="project name") if name else project_name_from_path(root)
     )
-    return Project(project_name, root, top is not None, remote)
+    return Project(project_name, root, layout is not None, remote, layout)
 
 
 def register(paths: CloisterPaths, project: Project) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import stat
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -45,7 +45,7 @@ class StopOutcome:
     # Stand-ins other cloisters' unfinished stops left, removed now (remove_stand_ins).
     left_behind: tuple[Path, ...] = ()
     lost: LostGitDir | None = None  # why its commits cannot come back, if a git directory went
-    # What failed of the cleanup done on threads (its network's removal, the proxy told):
+    # What failed of the cleanup done on threads (its container's removal, the proxy told):
     # reported with the rest, never in the way of the review's report.
     cleanup_errors: tuple[str, ...] = ()
 
@@ -95,11 +95,12 @@ def stop(context: Context, name: str) -> StopOutcome:
     """Remove the cloister, revoke its token everywhere, bring its commits back, and
     review what it left in the work tree.
 
-    Once the container and the token are gone, its network goes and the proxy is told
-    on threads while its commits come back (the syncer's module is imported on another
-    meanwhile, while the engine removes the container); what fails there is in the
-    outcome's ``cleanup_errors``: raised, it would lose the review's report, and the
-    session is released by then (no later start reviews it again).
+    Once the container is killed and the token gone, the container's removal and the
+    proxy's reload run on threads while its commits come back (the syncer's module is
+    imported on another meanwhile, while the engine kills the container); what fails
+    there is in the outcome's ``cleanup_errors``: raised, it would lose the review's
+    report, and the session is released by then (no later start reviews it again). Its
+    network stays for its next start (:mod:`cloister_cli.container.networks`).
     """
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="cloister-stop") as pool:
         importing = (
@@ -134,10 +135,13 @@ def _stop(
     # Its compose services too (on its network, or in its network namespace).
     services.remove_all(context.docker, instance, name)
     result = cloisters.stop(context.docker, context.paths, instance, name, pool=pool)
-    if result.network_gone is not None:
-        network = instance.cloister(name)
-        failed = f"its network {network} could not be removed ({{error}}); `cloister gc` removes it"
-        meanwhile.append((failed, result.network_gone))
+    removing = [result.removed] if result.removed is not None else []
+    if result.removed is not None:
+        failed = (
+            f"its container {instance.cloister(name)} could not be removed ({{error}});"
+            f" `docker rm -f {instance.cloister(name)}` removes it"
+        )
+        meanwhile.append((failed, result.removed))
     # A sync running now (the watch's) would hold the last one up: its container goes,
     # and the sync gives up at once (a FIFO of the agent's can keep git waiting).
     for running in context.docker.containers.list(
@@ -162,7 +166,7 @@ def _stop(
     meanwhile.append((failed, pool.submit(_reload_proxy, context)))
     session = read_session(context.paths, name)
     if session is None:
-        return StopOutcome(result.stopped, None, left_behind=_sweep(context))
+        return StopOutcome(result.stopped, None, left_behind=_sweep(context, removing))
     # A session still open is a cloister to finish, its container gone or not.
     stopped = result.stopped or session.running
     if importing is not None:
@@ -186,12 +190,12 @@ def _stop(
             sync_error,
             tuple(moved),
             f"{type(error).__name__}: {error}",
-            _sweep(context),
+            _sweep(context, removing),
             lost,
         )
     sessions.release(context.paths, session)
     return StopOutcome(
-        stopped, report, synced, sync_error, tuple(moved), None, _sweep(context), lost
+        stopped, report, synced, sync_error, tuple(moved), None, _sweep(context, removing), lost
     )
 
 
@@ -244,8 +248,10 @@ def remove_stand_ins(context: Context) -> list[Path]:
     return gitmounts.stand_ins(removed)
 
 
-def _sweep(context: Context) -> tuple[Path, ...]:
-    """:func:`remove_stand_ins` after a stop: what it cannot do is no reason to fail one."""
+def _sweep(context: Context, removing: list[Future[None]]) -> tuple[Path, ...]:
+    """:func:`remove_stand_ins` after a stop, once its container is gone (a container of
+    it would count it live): what it cannot do is no reason to fail one."""
+    wait(removing)  # what failed there is in the outcome's cleanup_errors
     try:
         return tuple(remove_stand_ins(context))
     except (OSError, CloisterError, docker.errors.DockerException):

@@ -19,8 +19,11 @@ them:
 * a *stale service* (a compose devcontainer's other service,
   :mod:`cloister_cli.container.services`) whose cloister is gone, or is another container now, is
   removed with its anonymous volumes;
-* a *stale network* (a cloister's own, :mod:`cloister_cli.container.networks`) whose cloister is
-  gone is removed, once it is older than a start takes to run its container on it;
+* a *stale network* (a cloister's own, :mod:`cloister_cli.container.networks`, which its
+  stop leaves for its next start) whose cloister no longer exists is removed, once it is
+  older than a start takes to run its container on it. A cloister exists while it has a
+  container, or a session record of a project that is still registered (a stopped
+  cloister starts again on its network);
 * *stand-ins* a stopped cloister's session recorded making for its protected paths,
   still there (its stop was killed before it removed them), are removed if still empty
   (:func:`cloister_cli.session.ending.remove_stand_ins`);
@@ -41,7 +44,7 @@ import docker.errors
 
 from cloister_cli.container import cloisters, listing, networks, ports, services
 from cloister_cli.context import Context
-from cloister_cli.repo import git, gitdirs, gitmounts
+from cloister_cli.repo import git, gitdirs, gitmounts, projects
 from cloister_cli.session import ending
 from cloister_cli.session.ending import StopOutcome
 from cloister_cli.session.snapshots.pool import prune
@@ -51,7 +54,7 @@ from cloister_core import beneath, stack
 from cloister_core.errors import CloisterNameError
 from cloister_core.names import validate_cloister_name
 from cloister_core.owngit import POINTER
-from cloister_core.sessions import list_sessions
+from cloister_core.sessions import SessionError, list_sessions, read_session
 from cloister_core.snapshots import (
     SnapshotRecord,
     expired,
@@ -254,14 +257,27 @@ def _age(created: str, now: datetime) -> float:
 
 
 def _stale_networks(context: Context, now: datetime) -> list[str]:
-    """The instance's cloister networks whose cloister has no container."""
+    """The instance's cloister networks whose cloister no longer exists."""
     found = []
     for network in networks.instance_networks(context.docker, context.instance):
         cloister = (network.attrs.get("Labels") or {}).get(stack.LABEL_CLOISTER, "")
         old = _age(str(network.attrs.get("Created", "")), now) > NETWORK_AGE_SECONDS
-        if old and cloisters.find(context.docker, context.instance, cloister) is None:
+        if old and not _exists(context, cloister):
             found.append(str(network.name))
     return sorted(found)
+
+
+def _exists(context: Context, cloister: str) -> bool:
+    """Whether *cloister* has a container, or a session record (running or stopped)
+    of a project still registered: its next start takes its network."""
+    if cloisters.find(context.docker, context.instance, cloister) is not None:
+        return True
+    try:
+        validate_cloister_name(cloister)
+        session = read_session(context.paths, cloister)
+    except (CloisterNameError, SessionError):
+        return False  # a record no stop or start reads: nothing starts it again
+    return session is not None and projects.exists(context.paths, session.project)
 
 
 def _finished_syncs(context: Context, now: datetime) -> list[str]:
@@ -310,8 +326,9 @@ def collect(
     done.services = services.remove_containers(services.stale(context.docker, context.instance))
     for name in found.stale_networks:
         cloister = name.removeprefix(context.instance.project + "-")
-        gone = cloisters.find(context.docker, context.instance, cloister) is None
-        if gone and networks.remove(context.docker, context.instance, cloister):
+        if not _exists(context, cloister) and networks.remove(
+            context.docker, context.instance, cloister
+        ):
             done.networks.append(name)
     for name in found.syncs:
         with contextlib.suppress(docker.errors.NotFound):

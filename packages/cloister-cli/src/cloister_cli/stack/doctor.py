@@ -192,7 +192,8 @@ CHECKS: dict[str, About] = {
         "engine",
         "Its network is internal, without IPv4 on the host's side, without IPv6",
         "the engine routes the cloister's network to the host or the internet",
-        _RESTART + " (its network is made anew)",
+        "`cloister stop NAME`, `docker network rm` its network (a stop keeps it for the"
+        " next start), and `cloister start` makes it anew",
     ),
     "engine.attached": About(
         "engine",

@@ -5,7 +5,8 @@ removed, token revoked, its commits brought back, what the agent left reviewed),
 is one whose container is gone but whose git directory is left; then the guardian stack
 (``docker compose down``) with whatever of its containers compose did not know about,
 and the host executor; then Cloister's images and this instance's networks (its
-stack's and its cloisters', :class:`cloister_core.stack.Instance`) are removed. With
+stack's and its cloisters', which their stops keep for their next starts,
+:class:`cloister_core.stack.Instance`) are removed. With
 ``purge``, the worktrees Cloister made are removed from their repositories and the
 config and data directories deleted.
 
@@ -212,8 +213,8 @@ def stop_cloisters(context: Context, summary: Summary) -> Iterator[Step]:
             continue
         if outcome.sync_error is not None:
             summary.unsynced.append(name)
-        # What the stop could not clean up (its network, the proxy told) uninstall removes
-        # or stops next.
+        # What the stop could not clean up (its container, the proxy told) uninstall
+        # removes or stops next.
         left = "".join(f"; {line}" for line in outcome.cleanup_errors)
         yield Step("cloister", name, "done", f"stopped cloister {name}{left}", outcome)
 
@@ -312,7 +313,8 @@ def remove_images(client: Engine, instance: stack.Instance) -> Iterator[Step]:
 
 
 def remove_networks(client: Engine, instance: stack.Instance) -> Iterator[Step]:
-    """The instance's networks: its cloisters' (what a stop left), then its stack's."""
+    """The instance's networks: its cloisters' (every one: a stop keeps it), then its
+    stack's."""
 
     def remove(name: str) -> None:
         network = client.networks.get(name)

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cloister_cli.container import accounts, cloisters, networks, safeguards, services
 from cloister_cli.container.cloisters import CloisterStartError, Workspace
 from cloister_cli.context import Context
 from cloister_cli.images import projectimages, shape
-from cloister_cli.images.features import resolve
 from cloister_cli.repo import git, gitdirs, gitmounts, projects
 from cloister_cli.repo.gitmounts import Protection
 from cloister_cli.session import sessions, snapshots
@@ -41,10 +41,12 @@ from cloister_cli.start.ensure import (
 )
 from cloister_cli.start.plan import Attach, ImagePart, StartOptions, StartPlan
 from cloister_cli.start.worktree import make_worktree
-from cloister_core.devcontainer import Devcontainer
 from cloister_core.printable import printable
 from cloister_core.sessions import read_session
 from cloister_core.snapshots import SnapshotError
+
+if TYPE_CHECKING:
+    from cloister_core.devcontainer import Devcontainer
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +112,13 @@ def apply(
             context, workspace, planned.record, planned.project_config, options.agent, write=True
         )
         warnings.extend(item for item in agents.warnings if item not in planned.warnings)
+        # Inspected once, for its accounts and its variables (built: it is there).
+        inspected = context.docker.images.get(image.tag)
         identity = accounts.for_cloister(
             context.docker,
             context.paths,
             name,
-            image.tag,
+            inspected,
             cloisters.HOME,
             name=devcontainer.user if devcontainer is not None else None,
         )
@@ -132,7 +136,7 @@ def apply(
             devcontainer,
             prepared.git_plan,
             image.tag,
-            plan.image_env(context, image.tag),
+            plan.environment_of(inspected),
             agents,
             identity,
         )
@@ -185,6 +189,8 @@ def approve_shape(
     devcontainer the build uses: read again, the one that was approved, with what its
     Features ask of the container (what they asked for and did not get in *warnings*)."""
     if part.features is not None:  # first use, a new Feature: the lock is approved too
+        from cloister_cli.images.features import resolve  # noqa: PLC0415 - only with Features
+
         resolve.write_lock(part.features, part.project.root)
     approved = shape.check_shape(
         context.paths,
@@ -201,6 +207,10 @@ def approve_shape(
         part.devcontainer,
         lambda: plan.load_project_devcontainer(context, part.project.root, quiet),
     )
+    if again is None or part.features is None:
+        return approved, again
+    from cloister_cli.images.features import resolve  # noqa: PLC0415 - only with Features
+
     return approved, resolve.applied(again, part.features, warnings)
 
 
@@ -311,7 +321,11 @@ def keep_snapshot(
     try:
         # The human's repository and checkout (a worktree of Cloister's is no repository
         # on the host: the cloister's branch comes back by sync, its files stay).
-        target = snapshots.Target.of(name, workspace.project.name, workspace.project.root)
+        project = workspace.project
+        repository = project.repository()  # as the start found it: no git call
+        target = snapshots.Target(
+            name, project.name, project.root, repository.git_dir, repository.common
+        )
         record = snapshots.take(context.paths, target, settings)
     except (SnapshotError, git.GitError) as error:
         warnings.append(f"{error}; `cloister restore` cannot undo this session")

@@ -18,18 +18,17 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 import docker.errors
 
 from cloister_cli.agents import agentstate
 from cloister_cli.container import accounts, cloisters, devoverrides, safeguards, services
 from cloister_cli.container.cloisters import CloisterStartError, Forbidden, Workspace
+from cloister_cli.container.engine import Image
 from cloister_cli.context import Context
 from cloister_cli.images import projectimages, shape
 from cloister_cli.images.builds import AGENT_IMAGES, is_current, source_fingerprint
-from cloister_cli.images.features import resolve
-from cloister_cli.images.features.resolve import FeaturePlan
 from cloister_cli.inside.guardrails import guardrails_for
 from cloister_cli.repo import gitmounts
 from cloister_cli.repo.gitmounts import GitPlan, Protection
@@ -41,9 +40,12 @@ from cloister_cli.start.worktree import workspace_for
 from cloister_core import stack
 from cloister_core.config import load_project_config
 from cloister_core.config.models import ProjectConfig
-from cloister_core.devcontainer import Devcontainer, find_devcontainer, load_devcontainer
-from cloister_core.repository import HumanRepository
+from cloister_core.devcontainer.discovery import find_devcontainer
 from cloister_core.tokens import TokenRecord
+
+if TYPE_CHECKING:
+    from cloister_cli.images.features.resolve import FeaturePlan
+    from cloister_core.devcontainer import Devcontainer
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,9 @@ def load_project_devcontainer(
     found = find_devcontainer(root, options.devcontainer)
     if found is None:
         return None
+    # The parser and its model, imported only for a project that has the file.
+    from cloister_core.devcontainer import load_devcontainer  # noqa: PLC0415
+
     loaded = load_devcontainer(
         found,
         project_root=root,
@@ -136,6 +141,11 @@ def plan_image(
 ) -> projectimages.ImagePlan:
     """The image a start builds: hashed with the lock file it writes first (in a build
     context, the lock is in the key), so the key is the one the build will have."""
+    overlay: dict[Path, bytes] = {}
+    if features is not None:
+        from cloister_cli.images.features import resolve  # noqa: PLC0415 - only with Features
+
+        overlay = resolve.to_write(features)
     return projectimages.plan_project_image(
         context.docker,
         context.paths,
@@ -145,7 +155,7 @@ def plan_image(
         base_image=base,
         source=context.source,
         features=features,
-        overlay=resolve.to_write(features),
+        overlay=overlay,
     )
 
 
@@ -175,21 +185,29 @@ def plan_image_part(
     Feature that is refused or cannot be fetched is shown rather than raised (in
     :attr:`ImagePart.unbuildable`, with the image as far as it can be planned)."""
     devcontainer = load_project_devcontainer(context, project.root, options)
-    # Resolved before the shape check: a lock file written on first use is approved too.
-    # A start stops here on a refused Feature.
-    features = resolve.for_start(
-        context, project.root, devcontainer, host_environment(), dry_run=dry_run
-    )
+    features: FeaturePlan | None = None
+    lock: list[Path] = []
+    refused: str | None = None
+    if devcontainer is not None:  # the Features' code, imported only for a devcontainer
+        from cloister_cli.images.features import resolve  # noqa: PLC0415
+
+        # Resolved before the shape check: a lock file written on first use is approved
+        # too. A start stops here on a refused Feature.
+        features = resolve.for_start(
+            context, project.root, devcontainer, host_environment(), dry_run=dry_run
+        )
+        lock = resolve.lock_input(devcontainer)
+        refused = resolve.refusal(devcontainer)
     scope: shape.Scope = "cloister" if options.no_devcontainer else "all"
     inputs = (
         *([options.devcontainer] if options.devcontainer is not None else []),
         *build_inputs(devcontainer),
-        *resolve.lock_input(devcontainer),
+        *lock,
     )
     difference = _shape_difference(context, project, inputs, scope)
     base = options.image or context.config.defaults.image
     image, unfetched = _image(context, project, devcontainer, base, features)
-    unbuildable = resolve.refusal(devcontainer) or unfetched  # as a start would say
+    unbuildable = refused or unfetched  # as a start would say
     agent_image = _agent_image(context, image) if dry_run else None
     return ImagePart(
         project,
@@ -464,6 +482,8 @@ def _with_requests(part: ImagePart) -> Devcontainer | None:
     """The devcontainer with what its Features ask of the container (mounts, overrides)."""
     if part.devcontainer is None or part.features is None:
         return part.devcontainer
+    from cloister_cli.images.features import resolve  # noqa: PLC0415 - only with Features
+
     return resolve.with_requests(part.devcontainer, part.features)
 
 
@@ -508,7 +528,7 @@ def agent_state(
 def _git(context: Context, workspace: Workspace, name: str, protect: tuple[str, ...]) -> GitPlan:
     """The mounts a start would make: the work tree's read-only paths and the cloister's
     own git directory (at the paths a start would write, none of them made here)."""
-    repository = HumanRepository.of(workspace.project.root) if workspace.project.git else None
+    repository = workspace.project.repository() if workspace.project.git else None
     if repository is not None:
         sessions.check_repository(context.paths, context.home, repository)
     if not workspace.directory.exists():
@@ -539,6 +559,11 @@ def image_env(context: Context, tag: str) -> dict[str, str] | None:
         image = context.docker.images.get(tag)
     except docker.errors.ImageNotFound:
         return None
+    return environment_of(image)
+
+
+def environment_of(image: Image) -> dict[str, str]:
+    """The variables *image* (as the engine answered its inspect) sets."""
     return devoverrides.image_environment((image.attrs.get("Config") or {}).get("Env"))
 
 

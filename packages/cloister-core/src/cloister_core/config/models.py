@@ -157,7 +157,10 @@ def _refuse_url_or_port(value: str, key: str) -> None:
 class Model(BaseModel):
     """Base of every config model: frozen, unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Validators built when a model is first validated, not at import: a start validates
+    # GlobalConfig and ProjectConfig (which build their fields' models inline), most of
+    # the others never on their own (a few milliseconds of every command).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class RuleEntry(Model):

@@ -56,12 +56,6 @@ from cloister_core.devcontainer.variables import Variables, devcontainer_id, sec
 from cloister_core.jsonc import Location, Positions
 from cloister_core.printable import printable
 
-CANDIDATES: tuple[str, ...] = (
-    ".devcontainer/cloister/devcontainer.json",
-    ".devcontainer/devcontainer.json",
-    ".devcontainer.json",
-)
-
 _PORTS = "the cloister has no published ports (`cloister port NAME PORT` publishes one)"
 _LIMITS = "the limits come from `defaults:` in Cloister's config.yaml"
 _PLAIN_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
@@ -98,36 +92,6 @@ _COMPOSE_KEYS = frozenset({"dockerComposeFile", "service", "runServices"})
 _SOURCE_KEYS = frozenset({"image", "build", "dockerFile", "context"})
 MAX_SIZE = 1024 * 1024
 """The largest devcontainer.json read: the agent writes it, and it is read on the host."""
-
-
-def find_devcontainer(project_root: Path, explicit: Path | None = None) -> Path | None:
-    """The devcontainer.json to use: *explicit* (``--devcontainer``), else the first of
-    :data:`CANDIDATES` in *project_root* that exists; None if there is none.
-
-    An explicit directory means its ``devcontainer.json``; an explicit path that does not
-    exist is an error (a typo must not silently start without the file). A file found
-    in the project whose real path (links resolved) is outside the project is an error:
-    the agent could point ``.devcontainer`` at a directory it changes unseen.
-    """
-    if explicit is not None:
-        chosen = explicit / "devcontainer.json" if explicit.is_dir() else explicit
-        if not chosen.is_file():
-            raise DevcontainerError(chosen, "no such file (given with --devcontainer)")
-        return chosen
-    root = project_root.resolve()
-    for candidate in CANDIDATES:
-        path = project_root / candidate
-        if path.is_file():
-            real = path.resolve()
-            if not real.is_relative_to(root):
-                raise DevcontainerError(
-                    path,
-                    f"it is a link to {real}, outside the project ({root}): Cloister reads"
-                    " only a devcontainer.json inside the project (or one given with"
-                    " --devcontainer)",
-                )
-            return path
-    return None
 
 
 def _read_text(path: Path) -> str:

@@ -10,12 +10,11 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docker.errors
 
 from cloister_cli.container.engine import Engine
-from cloister_cli.images.features.layers import feature_build, step_lines
-from cloister_cli.images.features.resolve import FeaturePlan, FeaturesError, check_refused
 from cloister_cli.images.projectimages.build import build_chain
 from cloister_cli.images.projectimages.context import read_file, scan
 from cloister_cli.images.projectimages.model import (
@@ -36,11 +35,14 @@ from cloister_cli.images.projectimages.model import (
 )
 from cloister_cli.images.projectimages.store import record_path, write_record
 from cloister_cli.images.sourcetree import source_tree
-from cloister_core.devcontainer import Devcontainer
 from cloister_core.fileio import locked
 from cloister_core.names import validate_name
 from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
+
+if TYPE_CHECKING:
+    from cloister_cli.images.features.resolve import FeaturePlan
+    from cloister_core.devcontainer import Devcontainer
 
 
 def plan_project_image(
@@ -104,6 +106,8 @@ def plan_project_image(
         if features is not None and features.installs:
             as_root = start is None or _image_user(client, start) not in ("", "root", "0")
             builds.append(_features_layer(devcontainer, features, digest, as_root=as_root))
+            from cloister_cli.images.features.layers import step_lines  # noqa: PLC0415
+
             steps += step_lines(features.installs)
         base = None
     if project_dockerfile is not None:
@@ -248,6 +252,9 @@ def _plan_devcontainer(
 
 
 def _check_features(devcontainer: Devcontainer, features: FeaturePlan | None) -> None:
+    # The Features' code is imported only for a devcontainer that has some.
+    from cloister_cli.images.features.resolve import FeaturesError, check_refused  # noqa: PLC0415
+
     if features is None:  # (resolving them stopped on a refused one already)
         try:
             check_refused(devcontainer)
@@ -265,6 +272,8 @@ def _check_features(devcontainer: Devcontainer, features: FeaturePlan | None) ->
 def _features_layer(
     devcontainer: Devcontainer, features: FeaturePlan, digest: _Digest, *, as_root: bool
 ) -> Build:
+    from cloister_cli.images.features.layers import feature_build  # noqa: PLC0415
+
     build = feature_build(
         features, remote_user=devcontainer.user, home=CLOISTER_HOME, as_root=as_root
     )
