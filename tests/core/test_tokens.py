@@ -178,6 +178,15 @@ def test_remove_tokens_bound_to_an_address(tmp_path: Path) -> None:
     assert remove_tokens_bound_to(tmp_path, "172.30.0.5") == []
 
 
+def test_the_token_of_the_cloister_kept_is_not_removed(tmp_path: Path) -> None:
+    # A start of api revokes what others left at its address, never its own (a start of
+    # the same name under way has written it).
+    write_token_file(tmp_path, record("old").bound_to("172.30.0.5"))
+    write_token_file(tmp_path, record("api").bound_to("172.30.0.5"))
+    assert remove_tokens_bound_to(tmp_path, "172.30.0.5", keep="api") == ["old"]
+    assert [path.name for path in tmp_path.iterdir()] == ["api"]
+
+
 def test_a_record_names_the_agent_it_was_started_with(tmp_path: Path) -> None:
     item = record().for_agent("codex")
     assert item.agent == "codex"

@@ -166,10 +166,15 @@ class World:
         return Syncer(self.paths, engine or Engine(None), fast_forward=fast_forward)
 
     def sync(
-        self, engine: Engine | None = None, *, fast_forward: bool = True, **options: bool
+        self,
+        engine: Engine | None = None,
+        *,
+        fast_forward: bool = True,
+        ready: Callable[[], None] | None = None,
+        **options: bool,
     ) -> SyncOutcome:
         outcome = self.syncer(engine, fast_forward=fast_forward).sync(
-            self.cloister, running=options.pop("running", False), **options
+            self.cloister, running=options.pop("running", False), ready=ready, **options
         )
         self.assert_no_scratch()
         return outcome
@@ -892,6 +897,48 @@ def test_a_valid_fake_export_is_taken_in(plain_world: World) -> None:
     assert outcome.fast_forwarded is not None
     assert world.human("rev-parse", "main") == new
     world.fsck()
+
+
+def test_ready_is_called_once_before_the_export_container(plain_world: World) -> None:
+    """``cloister stop`` holds the sync there until its cloister is dead."""
+    world = plain_world
+    new = world.agent_commit("new.txt", "agent\n", "agent")
+    old = world.human("rev-parse", "main")
+    pack = _pack_of(world.git_dir, new, f"^{old}", env=world.agent_env)
+    order: list[str] = []
+
+    def write(out: Path) -> None:
+        order.append("export")
+        (out / "refs").write_bytes(f"{new} refs/agent/main\n".encode())
+        (out / "head").write_bytes(b"refs/heads/main\n")
+        (out / "pack").write_bytes(pack)
+
+    outcome = world.sync(FakeExport(write), ready=lambda: order.append("ready"))
+    assert order == ["ready", "export"]
+    assert outcome.fast_forwarded is not None
+
+
+def test_what_ready_raises_ends_the_sync_with_nothing_changed(plain_world: World) -> None:
+    world = plain_world
+    world.agent_commit("new.txt", "agent\n", "agent")
+    before = world.human("rev-parse", "main")
+
+    class GaveUpError(Exception):
+        pass
+
+    def ready() -> None:
+        raise GaveUpError
+
+    def write(out: Path) -> None:
+        raise AssertionError("no export container once ready raised")
+
+    with pytest.raises(GaveUpError):
+        world.syncer(FakeExport(write)).sync(world.cloister, running=False, ready=ready)
+    world.assert_no_scratch()
+    assert world.human("rev-parse", "main") == before
+    assert world.agent_refs() == {}
+    # The lock is free again: the next sync takes it.
+    assert not world.sync(_export_of(world, b"", b"refs/heads/main\n")).changed
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""``cloister start``'s imports: what a plain start (no devcontainer.json, no Features)
-never runs stays unimported, in a fresh interpreter, as the command loads its modules."""
+"""``cloister start``'s and ``cloister stop``'s imports: what a plain start (no
+devcontainer.json, no Features) or a stop never runs stays unimported, in a fresh
+interpreter, as the command loads its modules."""
 
 from __future__ import annotations
 
@@ -79,3 +80,71 @@ def test_a_devcontainer_name_is_imported_when_first_used(tmp_path: Path) -> None
         "cloister_core.devcontainer.featurelock",
         "False",
     ]
+
+
+# Never run by a stop: the agents' modules and the credentials' models (a stop disarms
+# their state directories by name), the guardrails and the project's shape (a start's),
+# the guardian's images and executor; the syncer's module comes on a thread, with the
+# sync, only when there are commits to bring back.
+STOP_LAZY = (
+    "cloister_cli.agents.base",
+    "cloister_cli.agents.claude",
+    "cloister_cli.agents.codex",
+    "cloister_cli.agents.gemini",
+    "cloister_core.credentials",
+    "cloister_cli.inside.guardrails",
+    "cloister_cli.images.shape",
+    "cloister_cli.images.builds",
+    "cloister_cli.stack.guardian",
+    "cloister_cli.stack.executor_process",
+    "cloister_executor.protocol",
+    "cloister_executor.gitsync",
+)
+
+# As `cloister stop` does: the group finds the command, which imports the stop's library
+# module; then the agents' state directories of a project are disarmed (there are none).
+STOP_PROBE = """
+import json, sys
+from pathlib import Path
+
+import click
+
+from cloister_cli.commands.main import cli
+
+command = cli.get_command(click.Context(cli), "stop")
+from cloister_cli.commands.review import print_report
+from cloister_cli.session import ending
+from cloister_cli.agents import agentstate
+from cloister_core.paths import CloisterPaths
+
+root = Path(sys.argv[2])
+assert agentstate.disarm(CloisterPaths(root / "config", root / "data"), "api") == []
+with open(sys.argv[1], "w") as out:
+    json.dump(sorted(sys.modules), out)
+"""
+
+
+def test_a_stop_imports_what_it_runs(tmp_path: Path) -> None:
+    listing = tmp_path / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", STOP_PROBE, str(listing), str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    modules = set(json.loads(listing.read_text(encoding="utf-8")))
+    assert {"cloister_cli.session.ending", "cloister_cli.agents.agentstate"} <= modules
+    assert sorted(modules.intersection(STOP_LAZY)) == []
+
+
+def test_an_agent_is_imported_when_first_used() -> None:
+    probe = (
+        "import sys\n"
+        "from cloister_cli import agents\n"
+        "print('cloister_cli.agents.claude' in sys.modules, agents.NAMES == tuple(agents.AGENTS),"
+        " agents.HomeFile.__module__, 'cloister_cli.agents.claude' in sys.modules)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert ran.stdout.split() == ["False", "True", "cloister_cli.agents.base", "True"]

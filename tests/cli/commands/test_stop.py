@@ -5,6 +5,7 @@ The engine, the guardian and the syncer are fakes; the session and git are real.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,8 +46,22 @@ class FakeSyncer:
     outcome: SyncOutcome | None = None
     error: str | None = None
     calls: list[tuple[str, bool]] = field(default_factory=list)
+    # What is looked at where the real one makes its export container (ready returned).
+    at_export: Callable[[], object] | None = None
+    seen: list[object] = field(default_factory=list)
 
-    def sync(self, cloister: str, *, running: bool, assume_yes: bool = False) -> SyncOutcome:
+    def sync(
+        self,
+        cloister: str,
+        *,
+        running: bool,
+        assume_yes: bool = False,
+        ready: Callable[[], None] | None = None,
+    ) -> SyncOutcome:
+        if ready is not None:
+            ready()
+        if self.at_export is not None:
+            self.seen.append(self.at_export())
         self.calls.append((cloister, running))
         if self.error is not None:
             raise SyncError(self.error)
@@ -131,6 +146,37 @@ def test_stop_syncs_moves_what_the_agent_made_and_releases(
     assert session is not None
     assert session.stopped_at is not None
     assert not marker.exists()
+
+
+def test_the_last_sync_makes_its_container_once_the_cloister_is_dead(
+    paths: CloisterPaths, engine: FakeEngine, syncer: FakeSyncer
+) -> None:
+    """It starts with the stop, and waits there: the engine said the cloister's container
+    is not running, and a sync still running (the watch's) is gone with its container."""
+    box = engine.containers.by_name[INSTANCE.cloister("api")]
+    watch = f"{INSTANCE.sync_prefix('api')}-0a1b2c3d"
+    engine.add_container(watch, {**INSTANCE.labels, stack.LABEL_SYNC: "api"})
+    syncer.at_export = lambda: (box.status, watch in engine.containers.by_name)
+    result = stop(paths, "api")
+    assert result.exit_code == 0, result.output
+    assert syncer.seen == [("exited", False)]
+    assert syncer.calls == [("api", False)]
+
+
+def test_a_stop_that_fails_makes_no_export_container(
+    paths: CloisterPaths, engine: FakeEngine, syncer: FakeSyncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = engine.containers.by_name[INSTANCE.cloister("api")]
+
+    def refused(signal: str) -> None:
+        raise docker.errors.APIError("500", explanation="the engine said no")
+
+    monkeypatch.setattr(box, "kill", refused)
+    result = stop(paths, "api")
+    assert result.exit_code != 0
+    assert isinstance(result.exception, docker.errors.APIError)
+    assert syncer.calls == []  # it gave up where it would have made its container
+    assert paths.cloister_git_dir("api").is_dir()
 
 
 def test_commits_that_cannot_be_brought_back_keep_the_git_directory(

@@ -684,6 +684,10 @@ def _networks(log: list[str]) -> Any:
             log.append(f"remove {name}")
 
         @staticmethod
+        def cloister_address_on(network: str) -> str:
+            return "10.213.0.30"
+
+        @staticmethod
         def endpoint_config(client: object, network: str) -> dict[str, object]:
             return {network: {"IPAMConfig": {"IPv4Address": "10.213.0.30"}}}
 
@@ -837,6 +841,49 @@ def test_a_start_on_the_network_its_last_stop_kept_makes_and_joins_nothing(
     assert engine.log == [f"create {box.name}", f"start {box.name}"]
     asked = [name for name, _ in engine.calls if "networks" in name]
     assert asked == ["api.networks", "networks.get"]  # one list, one inspect
+
+
+def test_a_token_left_at_the_address_a_start_takes_back_is_gone_before_its_container_runs(
+    host: Host, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cloister old went without `cloister stop` (its container exited at a reboot): its
+    # token is still bound to its address. The pool is full: api's start takes old's
+    # network back and is given its subnet, so its address too. The image's entrypoint
+    # runs at once: old's token must not be served from there, even for a moment.
+    engine = FakeEngine()
+    for service, _ in stack.CLOISTER_SERVICES:
+        engine.add_container(INSTANCE.service(service))
+    one = GuardianConfig(network_pool="10.213.0.0/27", network_prefix=27)
+    left: Any = networks.create(engine.client, INSTANCE, "old", one)
+    networks.connect_services(engine.client, INSTANCE, left)
+    workspace = main_checkout(repo)
+    old = write_token_file(
+        host.paths.tokens_dir, record_for(workspace, "old").bound_to("10.213.0.30")
+    )
+    original = engine.containers.run
+    served_at_run: list[bool] = []
+
+    def run(image: str, **kwargs: Any) -> FakeContainer:
+        served_at_run.append(old.exists())
+        made = original(image, **kwargs)
+        made.attrs["NetworkSettings"]["Networks"][INSTANCE.cloister("api")] = {
+            "IPAddress": "10.213.0.30"
+        }
+        return made
+
+    monkeypatch.setattr(engine.containers, "run", run)
+    cloisters.create(
+        engine.client,
+        host.paths,
+        plan_for(host, workspace),
+        record_for(workspace, "api"),
+        instance=INSTANCE,
+        guardian=one,
+    )
+    assert INSTANCE.cloister("old") not in engine.networks.by_name  # taken back
+    assert served_at_run == [False]
+    assert not old.exists()
+    assert (host.paths.tokens_dir / "api").exists()
 
 
 def test_stop_without_a_container_or_token_says_so_whatever_network_is_kept(host: Host) -> None:

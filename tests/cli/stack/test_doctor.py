@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -590,6 +591,19 @@ def test_an_engine_that_fails_is_not_remembered(
     assert doctor.EngineRecord.read(paths).engines == {}
 
 
+def test_an_id_already_asked_is_used_rather_than_asked_again(
+    monkeypatch: pytest.MonkeyPatch, paths: CloisterPaths, instance: stack.Instance
+) -> None:
+    probes = Probes(monkeypatch)
+    config = GlobalConfig()
+    asked: Future[str] = Future()
+    asked.set_result("AAA")
+    never = SimpleNamespace(info=lambda: pytest.fail("asked the engine again"))
+    assert doctor.check_new_engine(never, instance, paths, config, CLOISTER, known_id=asked) == []
+    assert probes.runs == 1
+    assert set(doctor.EngineRecord.read(paths).engines) == {"AAA"}
+
+
 def test_a_damaged_record_is_no_record(paths: CloisterPaths) -> None:
     paths.data_dir.mkdir(parents=True)
     (paths.data_dir / doctor.ENGINES_FILE).write_text("[not json", encoding="utf-8")
@@ -600,7 +614,7 @@ def test_a_start_on_an_engine_that_fails_stops_the_cloister(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     failed = [Check.of("egress.tcp", False, "1.1.1.1:443: connected")]
-    monkeypatch.setattr(doctor, "check_new_engine", lambda *arguments: failed)
+    monkeypatch.setattr(doctor, "check_new_engine", lambda *arguments, **named: failed)
     stopped: list[str] = []
     monkeypatch.setattr(apply, "stop", lambda context, name: stopped.append(name))
     context = SimpleNamespace(docker=None, instance=None, paths=None, config=None)
@@ -616,7 +630,7 @@ def test_a_start_on_an_engine_that_fails_stops_the_cloister(
 def test_a_start_check_that_cannot_start_for_this_machine_is_a_warning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def cannot(*arguments: Any) -> list[Check]:
+    def cannot(*arguments: Any, **named: Any) -> list[Check]:
         raise doctor.ProbeUnavailableError("the docker command is not installed")
 
     monkeypatch.setattr(doctor, "check_new_engine", cannot)
@@ -640,7 +654,7 @@ def test_a_start_check_that_cannot_start_for_this_machine_is_a_warning(
 def test_a_start_check_that_breaks_otherwise_stops_the_cloister(
     monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
-    def breaks(*arguments: Any) -> list[Check]:
+    def breaks(*arguments: Any, **named: Any) -> list[Check]:
         raise error
 
     monkeypatch.setattr(doctor, "check_new_engine", breaks)

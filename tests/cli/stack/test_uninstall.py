@@ -8,7 +8,7 @@ containers; the hub and the guardian are fakes too), so what is checked is what
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -493,8 +493,17 @@ class FakeSyncer:
     error: str | None = None
     synced: list[str] = field(default_factory=list)
 
-    def sync(self, cloister: str, *, running: bool, assume_yes: bool = False) -> SyncOutcome:
+    def sync(
+        self,
+        cloister: str,
+        *,
+        running: bool,
+        assume_yes: bool = False,
+        ready: Callable[[], None] | None = None,
+    ) -> SyncOutcome:
         assert not running
+        if ready is not None:
+            ready()  # where the real one makes its export container
         if self.error is not None:
             raise SyncError(self.error)
         self.synced.append(cloister)

@@ -193,8 +193,9 @@ def remove_token_file(tokens_dir: Path, cloister: str) -> bool:
     return True
 
 
-def remove_tokens_bound_to(tokens_dir: Path, address: str) -> list[str]:
-    """Delete the token files bound to *address*; the cloisters they named.
+def remove_tokens_bound_to(tokens_dir: Path, address: str, *, keep: str | None = None) -> list[str]:
+    """Delete the token files bound to *address* (but cloister *keep*'s); the cloisters
+    they named.
 
     A container that stopped without ``cloister stop`` (a reboot, ``docker rm``) leaves
     its token behind, and the engine gives its address to the next container: that
@@ -206,6 +207,8 @@ def remove_tokens_bound_to(tokens_dir: Path, address: str) -> list[str]:
         try:
             record = read_token_file(path)
         except TokenError:
+            continue
+        if record.cloister == keep:
             continue
         if record.address == address and remove_token_file(tokens_dir, record.cloister):
             removed.append(record.cloister)

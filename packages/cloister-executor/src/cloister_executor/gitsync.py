@@ -33,7 +33,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -178,11 +178,22 @@ class Syncer:
     def lock(self, cloister: str) -> contextlib.AbstractContextManager[None]:
         return locked(self.paths.git_dirs_dir / f"{cloister}.sync")
 
-    def sync(self, cloister: str, *, running: bool, assume_yes: bool = False) -> SyncOutcome:
+    def sync(
+        self,
+        cloister: str,
+        *,
+        running: bool,
+        assume_yes: bool = False,
+        ready: Callable[[], None] | None = None,
+    ) -> SyncOutcome:
         """Sync *cloister* (its container runs when *running*: its branches may move).
 
         Raises :class:`SyncError` when the agent's work could not be read or taken in;
-        the human's repository is then as it was.
+        the human's repository is then as it was. *ready* is called (holding the lock)
+        just before the export container is made, once all that comes before it is
+        done (the human's repository asked, the image found): ``cloister stop`` starts a
+        sync while the engine kills the cloister and waits there until it is dead (what
+        *ready* raises ends the sync, nothing of the human's changed).
         """
         started = time.monotonic()
         with self.lock(cloister):
@@ -192,7 +203,9 @@ class Syncer:
             human = HumanRepository.of(Path(session.checkout))
             outcome = SyncOutcome(cloister)
             try:
-                self._sync(session, human, outcome, running=running, assume_yes=assume_yes)
+                self._sync(
+                    session, human, outcome, running=running, assume_yes=assume_yes, ready=ready
+                )
             except (GitError, ExportError, EngineError, OSError) as error:
                 raise SyncError(f"cloister {cloister}: {error}") from None
         outcome.seconds = time.monotonic() - started
@@ -206,6 +219,7 @@ class Syncer:
         *,
         running: bool,
         assume_yes: bool,
+        ready: Callable[[], None] | None,
     ) -> None:
         cloister = session.cloister
         git_dir = self.paths.cloister_git_dir(cloister)
@@ -213,7 +227,7 @@ class Syncer:
             raise SyncError(f"cloister {cloister!r} has no git directory ({git_dir} is gone)")
         hash_length = 64 if human.object_format() == "sha256" else 40
         with self._scratch(cloister) as scratch:
-            exported = self._export(cloister, git_dir, human, scratch, hash_length)
+            exported = self._export(cloister, git_dir, human, scratch, hash_length, ready=ready)
             outcome.head = exported.head
             outcome.notes += [
                 f"the agent's branch {name} does not come back: its name has {why}"
@@ -223,14 +237,17 @@ class Syncer:
             try:
                 imported = _short_refs(human, agent_ref(cloister, ""))
                 humans = _short_refs(human, "refs/heads/")
-                self._fast_forward(session, human, exported, humans, outcome, assume_yes=assume_yes)
+                shared = self._shared_branch(session, human)  # git asked once
+                self._fast_forward(
+                    session, human, exported, humans, outcome, shared=shared, assume_yes=assume_yes
+                )
                 plan = plan_sync(
                     agent=exported.refs,
                     human=humans,
                     imported=imported,
                     bases=session.bases,
                     agent_head=exported.head,
-                    shared_checkout_branch=self._shared_branch(session, human),
+                    shared_checkout_branch=shared,
                 )
                 self._import(human, cloister, plan.imports, plan.removals)
                 outcome.imported, outcome.removed = plan.imports, plan.removals
@@ -276,7 +293,14 @@ class Syncer:
             beneath.remove_tree(scratch)
 
     def _export(
-        self, cloister: str, git_dir: Path, human: HumanRepository, scratch: Path, hash_length: int
+        self,
+        cloister: str,
+        git_dir: Path,
+        human: HumanRepository,
+        scratch: Path,
+        hash_length: int,
+        *,
+        ready: Callable[[], None] | None,
     ) -> _Exported:
         if not self.engine.image_exists(stack.GIT_IMAGE):
             raise SyncError(
@@ -299,6 +323,8 @@ class Syncer:
                 given / "alternates",
                 "".join(f"{ORIGIN_ALTERNATES}/{number}\n" for number in range(len(extra))),
             )
+        if ready is not None:
+            ready()
         finished = self.engine.run(
             ContainerSpec(
                 image=stack.GIT_IMAGE,
@@ -429,9 +455,10 @@ class Syncer:
         humans: dict[str, str],
         outcome: SyncOutcome,
         *,
+        shared: str | None,  # the branch checked out where it works (_shared_branch)
         assume_yes: bool,
     ) -> None:
-        branch = self._shared_branch(session, human) if session.shared else session.branch
+        branch = shared if session.shared else session.branch
         if branch is None or not self.fast_forward:
             return
         if session.shared and exported.head.branch != branch:

@@ -23,20 +23,22 @@ import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from docker.types import Mount
-
-from cloister_cli.agents import AGENTS, Agent, AgentSetupError, HomeFile, rules_text
-from cloister_cli.agents.base import deep_merge, toml_file
+from cloister_cli import agents
 from cloister_cli.repo.gitmounts import bind
-from cloister_core import beneath, credentials, stack
-from cloister_core.config.models import GlobalConfig, ProjectConfig
-from cloister_core.credentials import Method
+from cloister_core import beneath, stack
 from cloister_core.errors import CloisterError
 from cloister_core.names import validate_name
 from cloister_core.paths import CloisterPaths
-from cloister_core.tokens import TokenRecord
+
+if TYPE_CHECKING:
+    from docker.types import Mount
+
+    from cloister_cli.agents import Agent, HomeFile
+    from cloister_core.config.models import GlobalConfig, ProjectConfig
+    from cloister_core.credentials import Method
+    from cloister_core.tokens import TokenRecord
 
 MERGE_LIMIT = 16 * 1024 * 1024  # a state file larger than this is replaced, not merged
 MAX_DEPTH = 32  # a state file nested deeper than this is replaced, not merged
@@ -104,6 +106,8 @@ def _merged(root: Path, item: HomeFile) -> bytes | None:
     data = beneath.read_regular_bytes(root, item.path, MERGE_LIMIT + 1)
     if data is None or len(data) > MERGE_LIMIT:
         return None
+    from cloister_cli.agents.base import deep_merge, toml_file  # noqa: PLC0415 - see disarm
+
     try:
         if suffix == ".json":
             below: Any = json.loads(data)
@@ -196,10 +200,12 @@ def prepare(
     With *write* False nothing is written (``cloister start --dry-run``): the same
     variables and mounts, the files checked but not made.
     """
+    from cloister_core import credentials  # noqa: PLC0415 - see disarm
+
     environment: dict[str, str] = {}
     mounts: list[Mount] = []
     warnings: list[str] = []
-    rules = rules_text(
+    rules = agents.rules_text(
         cloister=record.cloister,
         project=record.project,
         refs=refs,
@@ -214,7 +220,7 @@ def prepare(
             for rule in rules.manual_approve
         ],
     )
-    for agent in AGENTS.values():
+    for agent in agents.AGENTS.values():
         try:
             variables, mount = _prepare_one(
                 paths,
@@ -226,7 +232,7 @@ def prepare(
                 rules=rules,
                 write=write,
             )
-        except (AgentSetupError, credentials.CredentialError) as error:
+        except (agents.AgentSetupError, credentials.CredentialError) as error:
             if agent.name == chosen:
                 raise
             warnings.append(f"{agent.title} is not set up in this cloister: {error}")
@@ -247,6 +253,8 @@ def _prepare_one(
     rules: str,
     write: bool = True,
 ) -> tuple[dict[str, str], Mount]:
+    from cloister_core import credentials  # noqa: PLC0415 - see disarm
+
     settings = config.agents.of(agent.name)
     stored = credentials.load(paths, agent.name)
     method: Method = stored.method if stored is not None else NOT_SET_UP
@@ -277,7 +285,7 @@ def _prepare_one(
         try:
             write_home_file(root, item)
         except OSError as error:
-            raise AgentSetupError(
+            raise agents.AgentSetupError(
                 f"cannot write {item.path} in {root}: {error.strerror or error}"
                 " (something in the agent's state directory is in the way)"
             ) from None
@@ -309,9 +317,13 @@ def make_writable(directory: Path) -> None:
 
 
 def disarm(paths: CloisterPaths, project: str) -> list[str]:
-    """:func:`disarm_repositories` in every agent state directory of *project*."""
+    """:func:`disarm_repositories` in every agent state directory of *project*.
+
+    Run at every ``cloister stop``, which imports this module: the agents' modules and
+    the credentials' models (what setting the directories up needs) are imported by
+    the functions that use them, never for this."""
     found = []
-    for agent in AGENTS:
+    for agent in agents.NAMES:
         root = state_dir(paths, project, agent)
         if root.is_dir() and not root.is_symlink():
             found += [f"{agent}/{path}" for path in disarm_repositories(root)]
@@ -320,7 +332,7 @@ def disarm(paths: CloisterPaths, project: str) -> list[str]:
 
 def attach_argv(name: str, config: GlobalConfig) -> list[str]:
     """What ``start --agent NAME`` runs: an agent's own command line, else *name* itself."""
-    agent = AGENTS.get(name)
+    agent = agents.AGENTS.get(name)
     if agent is None:
         return [name]
     return agent.argv(skip_permissions=config.agents.of(name).skip_permissions)

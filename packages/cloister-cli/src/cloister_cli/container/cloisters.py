@@ -41,18 +41,18 @@ from docker.types import Mount
 from cloister_cli.container import networks
 from cloister_cli.container.engine import Container, Engine
 from cloister_cli.container.safeguards import MARKER, shm_size
-from cloister_cli.inside.guardrails import Guardrails
 from cloister_cli.repo.gitmounts import GitPlan, bind
-from cloister_cli.repo.projects import Project
 from cloister_core import stack
 from cloister_core.cloisterenv import set_by_cloister
-from cloister_core.config.models import DefaultsConfig, GuardianConfig
 from cloister_core.decisions import remove_session_decisions
 from cloister_core.errors import CloisterError
 from cloister_core.paths import CloisterPaths
 
 if TYPE_CHECKING:
     from cloister_cli.context import Context
+    from cloister_cli.inside.guardrails import Guardrails
+    from cloister_cli.repo.projects import Project
+    from cloister_core.config.models import DefaultsConfig, GuardianConfig
 
 from cloister_core.tokens import (
     TokenRecord,
@@ -422,6 +422,13 @@ def create(
         raise CloisterStartError(
             f"cannot create the network of {container_plan.name}: {error}"
         ) from None
+    # Tokens other cloisters that went without `cloister stop` left bound to the address
+    # this one gets (their network taken back, or made again on their subnet) go before
+    # it runs: its image's entrypoint runs at once, and would be served with them.
+    for stale in remove_tokens_bound_to(
+        paths.tokens_dir, networks.cloister_address_on(network), keep=record.cloister
+    ):
+        remove_session_decisions(paths, stale)
 
     def run() -> Container:
         return client.containers.run(
@@ -453,7 +460,7 @@ def create(
                 f"{container_plan.container} has no address on its network"
                 f" (status {container.status}): `docker logs {container_plan.container}`"
             )
-        # Tokens left by containers that went without `cloister stop` and had this address.
+        # Those left bound to the address it has, should the engine have given another.
         for stale in remove_tokens_bound_to(paths.tokens_dir, address):
             remove_session_decisions(paths, stale)
         write_token_file(paths.tokens_dir, record.bound_to(address))

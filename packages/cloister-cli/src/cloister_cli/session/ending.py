@@ -10,12 +10,12 @@ is lost (about 0.04 s of a stop).
 
 from __future__ import annotations
 
-import importlib
 import stat
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Literal
 
 import docker
@@ -95,27 +95,63 @@ def stop(context: Context, name: str) -> StopOutcome:
     """Remove the cloister, revoke its token everywhere, bring its commits back, and
     review what it left in the work tree.
 
-    Once the container is killed and the token gone, the container's removal and the
-    proxy's reload run on threads while its commits come back (the syncer's module is
-    imported on another meanwhile, while the engine kills the container); what fails
-    there is in the outcome's ``cleanup_errors``: raised, it would lose the review's
-    report, and the session is released by then (no later start reviews it again). Its
-    network stays for its next start (:mod:`cloister_cli.container.networks`).
+    Its last sync starts on a thread at once (the syncer's module imported, the human's
+    repository asked) and makes its export container only once the engine says the
+    cloister's is not running, and a sync still running is gone (:class:`_Gate`). Once
+    the container is killed and the token gone, the container's removal and the
+    proxy's reload run on threads too; what fails there is in the outcome's
+    ``cleanup_errors``: raised, it would lose the review's report, and the session is
+    released by then (no later start reviews it again). Its network stays for its next
+    start (:mod:`cloister_cli.container.networks`).
     """
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="cloister-stop") as pool:
-        importing = (
-            pool.submit(importlib.import_module, "cloister_executor.gitsync")
-            if context.paths.cloister_git_dir(name).exists()
+        gate = _Gate()
+        session = read_session(context.paths, name)
+        syncing = (
+            pool.submit(sync_stopped, context, session, ready=gate.wait)
+            if session is not None and _has_commits(context, session)
             else None
         )
         meanwhile: list[tuple[str, Future[None]]] = []
-        outcome = _stop(context, name, pool, importing, meanwhile)
+        try:
+            outcome = _stop(
+                context, name, pool=pool, gate=gate, syncing=syncing, meanwhile=meanwhile
+            )
+        finally:
+            gate.open(go=False)  # a stop that failed makes no export container
         errors = tuple(
             what.format(error=f"{type(error).__name__}: {error}")
             for what, each in meanwhile
             if (error := each.exception()) is not None
         )
     return replace(outcome, cleanup_errors=errors) if errors else outcome
+
+
+class _NoSync(Exception):  # noqa: N818 - not an error: the stop syncs nothing after all
+    """What :meth:`_Gate.wait` raises in a sync that is not to make its container."""
+
+
+class _Gate:
+    """Where the stop's last sync waits before it makes its export container: the git
+    directory it reads must be quiet (the cloister dead), and a sync still running (the
+    watch's), whose container the stop removes, must not take its container with it."""
+
+    def __init__(self) -> None:
+        self._opened = threading.Event()
+        self._go = False
+        self._lock = threading.Lock()
+
+    def open(self, *, go: bool) -> None:
+        """Let the sync go on (*go*) or end it; only the first call counts."""
+        with self._lock:
+            if not self._opened.is_set():
+                self._go = go
+                self._opened.set()
+
+    def wait(self) -> None:
+        self._opened.wait()
+        if not self._go:
+            raise _NoSync
 
 
 def _reload_proxy(context: Context) -> None:
@@ -125,8 +161,10 @@ def _reload_proxy(context: Context) -> None:
 def _stop(
     context: Context,
     name: str,
+    *,
     pool: ThreadPoolExecutor,
-    importing: Future[ModuleType] | None,
+    gate: _Gate,
+    syncing: Future[tuple[SyncOutcome | None, str | None]] | None,
     meanwhile: list[tuple[str, Future[None]]],  # what failing means ({error}), the thread
 ) -> StopOutcome:
     instance = context.instance
@@ -154,6 +192,8 @@ def _stop(
         except docker.errors.APIError as error:
             if error.status_code != 409:  # 409: its own removal (a finished sync) is under way
                 raise
+    session = read_session(context.paths, name)
+    gate.open(go=session is not None and _has_commits(context, session))
     accounts.remove(context.paths, name)
     safeguards.remove_marker(context.paths, name)
     if result.project is not None:
@@ -164,14 +204,11 @@ def _stop(
         " its next reload"
     )
     meanwhile.append((failed, pool.submit(_reload_proxy, context)))
-    session = read_session(context.paths, name)
     if session is None:
         return StopOutcome(result.stopped, None, left_behind=_sweep(context, removing))
     # A session still open is a cloister to finish, its container gone or not.
     stopped = result.stopped or session.running
-    if importing is not None:
-        importing.result()  # the syncer's module, imported meanwhile
-    synced, sync_error = sync_stopped(context, session)
+    synced, sync_error = _synced(syncing)
     lost = lost_git_dir(context, session) if sync_error is not None else None
     if lost is not None and lost.whose == "cloister" and lost.what == "removed":
         gitdirs.remove(context.paths, name)  # nothing in it to bring back, ever
@@ -197,6 +234,18 @@ def _stop(
     return StopOutcome(
         stopped, report, synced, sync_error, tuple(moved), None, _sweep(context, removing), lost
     )
+
+
+def _synced(
+    syncing: Future[tuple[SyncOutcome | None, str | None]] | None,
+) -> tuple[SyncOutcome | None, str | None]:
+    """The stop's last sync, once done: (None, None) when it had none to make."""
+    if syncing is None:
+        return None, None
+    try:
+        return syncing.result()
+    except _NoSync:
+        return None, None
 
 
 def _finished_placeholders(context: Context) -> tuple[dict[str, list[Path]], set[str]]:
@@ -258,15 +307,24 @@ def _sweep(context: Context, removing: list[Future[None]]) -> tuple[Path, ...]:
         return ()
 
 
-def sync_stopped(context: Context, session: SessionRecord) -> tuple[SyncOutcome | None, str | None]:
-    """The last sync of a cloister whose container is gone; its git directory goes once
-    its commits are in (it stays, and `cloister sync` retries, when they are not)."""
-    if not session.is_git or not context.paths.cloister_git_dir(session.cloister).exists():
+def _has_commits(context: Context, session: SessionRecord) -> bool:
+    """Whether *session*'s cloister has a git directory whose commits may come back."""
+    return session.is_git and context.paths.cloister_git_dir(session.cloister).exists()
+
+
+def sync_stopped(
+    context: Context, session: SessionRecord, *, ready: Callable[[], None] | None = None
+) -> tuple[SyncOutcome | None, str | None]:
+    """The last sync of a cloister whose container is gone (or, with *ready*, will be
+    once it returns: :meth:`cloister_executor.gitsync.Syncer.sync`); its git directory
+    goes once its commits are in (it stays, and `cloister sync` retries, when they are
+    not)."""
+    if not _has_commits(context, session):
         return None, None
     from cloister_executor.gitsync import SyncError  # noqa: PLC0415 - see the module docstring
 
     try:
-        outcome = context.syncer.sync(session.cloister, running=False)
+        outcome = context.syncer.sync(session.cloister, running=False, ready=ready)
     except SyncError as error:
         return None, str(error)
     gitdirs.remove(context.paths, session.cloister)

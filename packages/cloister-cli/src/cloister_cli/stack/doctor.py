@@ -36,6 +36,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -934,18 +935,26 @@ class EngineRecord:
         atomic_write(paths.data_dir / ENGINES_FILE, text, mode=0o644)
 
 
+def ask_engine_id(client: Engine) -> str:
+    """The engine's ID (``GET /info``; empty when it gives none)."""
+    return str(client.info().get("ID") or "")
+
+
 def check_new_engine(
     client: Engine,
     instance: stack.Instance,
     paths: CloisterPaths,
     config: GlobalConfig,
     name: str,
+    *,
+    known_id: Future[str] | None = None,
 ) -> list[Check]:
     """On an engine this data directory has not seen pass: the cheap checks in cloister
     *name*; the failed ones (the engine is remembered when there are none). Raises
     :class:`DoctorError` when the probe cannot run (the engine is not remembered):
-    :class:`ProbeUnavailableError` when it could not start at all."""
-    engine_id = str(client.info().get("ID") or "")
+    :class:`ProbeUnavailableError` when it could not start at all. *known_id* is the
+    engine's ID already being asked (a start asks while its container starts)."""
+    engine_id = known_id.result() if known_id is not None else ask_engine_id(client)
     record = EngineRecord.read(paths)
     if engine_id and engine_id in record.engines:
         return []

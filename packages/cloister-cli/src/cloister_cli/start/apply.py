@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,7 +96,12 @@ def apply(
     # Before anything is made: a missing service image fails the start now.
     service_plans = plan.approved_services(context, planned, devcontainer)
     ensure_guardian(context, progress)
-    with contextlib.ExitStack() as undo:
+    with (
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="cloister-engine") as asking,
+        contextlib.ExitStack() as undo,
+    ):
+        # The engine's ID for its start check (GET /info, ~12 ms), asked meanwhile.
+        engine_id = asking.submit(doctor.ask_engine_id, context.docker)
         # Its network made and the services joined on a thread while the steps below run
         # (the guardian is up: its networks are made): the container's start is then
         # the only change the engine makes.
@@ -153,7 +159,7 @@ def apply(
         )
         undo.pop_all()  # it runs: from here on `stop` is the undo
         shape.save_approved(context.paths, workspace.project.name, approved)
-        check_engine(context, name, warnings)  # stops it when the check fails
+        check_engine(context, name, warnings, engine_id)  # stops it when it fails
         undo.callback(stop, context, name)
         if service_plans:
             services.start(context.docker, service_plans, container, progress=progress)
@@ -341,7 +347,9 @@ def keep_snapshot(
 # -- once it runs --------------------------------------------------------------------------
 
 
-def check_engine(context: Context, name: str, warnings: list[str]) -> None:
+def check_engine(
+    context: Context, name: str, warnings: list[str], engine_id: Future[str] | None = None
+) -> None:
     """On an engine this data directory has not seen pass (:func:`doctor.check_new_engine`):
     a cloister that can get out is stopped, and the start fails naming what failed. So is
     one the check failed on in any other way (fail closed): only a probe that could not
@@ -349,7 +357,12 @@ def check_engine(context: Context, name: str, warnings: list[str]) -> None:
     command, no probe image), is a warning; the engine stays unremembered either way."""
     try:
         failed = doctor.check_new_engine(
-            context.docker, context.instance, context.paths, context.config, name
+            context.docker,
+            context.instance,
+            context.paths,
+            context.config,
+            name,
+            known_id=engine_id,
         )
     except doctor.ProbeUnavailableError as error:
         warnings.append(f"the start check of this engine could not run: {error}")
