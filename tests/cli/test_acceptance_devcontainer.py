@@ -51,7 +51,13 @@ defaults:
   cpus: 1.5
   pids: 256
 """
-DOCKERFILE = f"FROM {BASE_IMAGE}\n"
+# An ENTRYPOINT that would leave a trace in the project: a cloister never runs it.
+DOCKERFILE = f"""\
+FROM {BASE_IMAGE}
+RUN printf '#!/bin/sh\\ntouch /work/.entrypoint-ran\\nexec "$@"\\n' > /usr/local/bin/trace \\
+    && chmod 0755 /usr/local/bin/trace
+ENTRYPOINT ["/usr/local/bin/trace"]
+"""
 DEVCONTAINER = """\
 {
   // the project's own: Cloister keeps what cannot weaken the cloister
@@ -145,6 +151,10 @@ def test_a_devcontainer_is_built_and_run_hardened(
     assert "postCreateCommand failed" not in output
     # The cloister layer: hostexec is in the project's own image.
     assert exec_ok(name, "test -x /usr/local/bin/hostexec && echo ok").stdout.strip() == "ok"
+    # The image's own ENTRYPOINT did not run (it is there, and would have left its trace).
+    assert document["Config"]["Entrypoint"] == ["sleep"]
+    assert exec_ok(name, "test -x /usr/local/bin/trace && echo ok").stdout.strip() == "ok"
+    assert not (repo / ".entrypoint-ran").exists()
     built = image_of(name)
 
     cli.ok("stop", name)

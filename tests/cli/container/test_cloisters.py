@@ -303,7 +303,8 @@ def test_run_kwargs(host: Host, repo: Path) -> None:
     uid, gid = os.getuid(), os.getgid()
     assert plan.run_kwargs() == {
         "image": "cloister-slim:latest",
-        "command": ["sleep", "infinity"],
+        "entrypoint": ["sleep"],
+        "command": ["infinity"],
         "name": "cloister-0123abcd-api",
         "hostname": "api",
         "detach": True,

@@ -73,7 +73,8 @@ def test_every_hardening_flag_is_in_the_command(tmp_path: Path) -> None:
     argv = dryrun.docker_run_argv(plan.run_kwargs(), secret=secret)
     uid, gid = os.getuid(), os.getgid()
     assert argv[:3] == ["docker", "run", "--detach"]
-    assert argv[-3:] == ["cloister-slim:latest", "sleep", "infinity"]
+    assert argv[-2:] == ["cloister-slim:latest", "infinity"]
+    assert flag_values(argv, "--entrypoint") == ["sleep"]  # never the image's own
     assert flag_values(argv, "--cap-drop") == ["ALL"]
     assert flag_values(argv, "--security-opt") == ["no-new-privileges:true"]
     assert "--init" in argv
@@ -267,7 +268,7 @@ def test_a_preview_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "\x1b" not in text
     document = dryrun.to_json(preview)
     assert document["image"]["steps"] == ["b"]
-    assert document["docker_run"][-3:] == ["cloister-project-api:0123", "sleep", "infinity"]
+    assert document["docker_run"][-2:] == ["cloister-project-api:0123", "infinity"]
     # The paths a start would write are the ones the plan mounts.
     sources = {mount["Source"] for mount in preview.container.mounts}
     assert str(paths.data_dir / "accounts" / "api" / "passwd") in sources

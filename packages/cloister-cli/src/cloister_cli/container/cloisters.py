@@ -192,7 +192,11 @@ class ContainerPlan:
             extra["extra_hosts"] = dict(self.extra_hosts)
         return {
             "image": self.image,
-            "command": ["sleep", "infinity"],
+            # The image's own ENTRYPOINT never runs (as the devcontainers CLI does unless
+            # overrideCommand is false): it would run as soon as the container starts,
+            # before the start is done with it (its token, its services, its check).
+            "entrypoint": ["sleep"],
+            "command": ["infinity"],
             "name": self.container,
             "hostname": self.hostname or self.name,
             "detach": True,
