@@ -19,10 +19,19 @@ from typing import Any
 import pytest
 from docker.models.containers import Container, ContainerCollection
 
+from cloister_cli.container import devoverrides
 from cloister_cli.context import Context
 from cloister_cli.start import apply, dryrun, plan
 from cloister_core.paths import CloisterPaths
-from tests.cli.cli_support import BASE_IMAGE, SLIM_IMAGE, CloisterCli, make_repo, unique
+from tests.cli.cli_support import (
+    BASE_IMAGE,
+    SLIM_IMAGE,
+    CloisterCli,
+    docker_executable,
+    make_repo,
+    run_command,
+    unique,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -53,6 +62,11 @@ def project(cli: CloisterCli, tmp_path: Path) -> Iterator[tuple[Path, str]]:
         yield repo, name
     finally:
         cli.run("stop", name)
+        # The devcontainer's named volume outlives the cloister (as a person's should).
+        run_command(
+            [docker_executable(), "volume", "rm", "-f", devoverrides.volume_name(name, "cache")],
+            timeout=60,
+        )
 
 
 def test_the_dry_runs_docker_run_is_the_one_a_start_executes(
