@@ -10,7 +10,8 @@ Files and names
     branch names), ``fileio`` (crash-safe writes, a lock), ``beneath`` (files below a
     directory the agent can rearrange, never following a link), ``printable`` (agent
     text made safe to show), ``errors`` (the exceptions), ``stack`` (the guardian's
-    names, ports, aliases and labels)
+    names, ports, aliases and labels), ``lazyexports`` (a package's names imported
+    when first used)
 Configuration and policy
     ``config`` (models and loading of config, project and decision files), ``hosts``
     (host/IP/pattern normalisation), ``suffixes`` (public suffixes), ``rules`` (the

@@ -21,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from cloister_core.errors import CloisterError
+from cloister_core.lazyexports import lazy_exports
 
 if TYPE_CHECKING:
     from cloister_cli.agents import agentstate
@@ -46,15 +47,13 @@ def _agents() -> dict[str, Agent]:
     return {each: importlib.import_module(f"{__name__}.{each}").AGENT for each in NAMES}
 
 
+_exported = lazy_exports(__name__, _MODULES)
+
+
 def __getattr__(name: str) -> object:
     if name == "AGENTS":
         return _agents()
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return _exported(name)
 
 
 def get(name: str) -> Agent:

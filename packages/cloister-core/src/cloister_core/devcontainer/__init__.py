@@ -22,8 +22,9 @@ without a devcontainer.json reads none of the parser, the model or the Features.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from cloister_core.lazyexports import lazy_exports
 
 if TYPE_CHECKING:
     from cloister_core.devcontainer.discovery import CANDIDATES, find_devcontainer
@@ -107,13 +108,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = lazy_exports(__name__, _MODULES)
 
 
 __all__ = [

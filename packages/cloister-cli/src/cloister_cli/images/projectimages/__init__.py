@@ -45,8 +45,9 @@ build chain) and :mod:`.store` (the record, listing and pruning).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cloister_core.lazyexports import lazy_exports
 
 if TYPE_CHECKING:
     from cloister_cli.images.projectimages.model import (
@@ -131,10 +132,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
+__getattr__ = lazy_exports(__name__, _HOMES)
