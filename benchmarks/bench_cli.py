@@ -22,6 +22,10 @@ the local Docker engine. Measured, as wall time from launching the command:
 * ``--version``: the CLI's Python start-up (imports included), i.e. the part of every
   command that is not its work.
 
+Commands run as a person's do: handed to the command server (``cloister_cli.launch``),
+which the warm-up starts and waits for; ``--no-server`` runs each in its own process
+(``CLOISTER_NO_SERVER=1``), as before there was one, for the comparison.
+
 The guardian is the temporary data directory's own (an instance: ``cloister-<id>-...``),
 but its UI is on 127.0.0.1:9999: stop a guardian of yours that publishes it first. Images
 missing at the start are built by the warm-up (not timed). Everything the benchmark
@@ -65,14 +69,38 @@ class Cli:
     root: Path
     program: str
     docker: str
+    served: bool = True  # handed to the command server, or each in its own process
 
     @property
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             **os.environ,
             "CLOISTER_CONFIG_DIR": str(self.root / "config"),
             "CLOISTER_DATA_DIR": str(self.root / "data"),
         }
+        if not self.served:
+            env["CLOISTER_NO_SERVER"] = "1"
+        return env
+
+    def wait_for_server(self) -> None:
+        """Until the command server the first commands started listens (its socket is
+        where the console script, run with this environment, looks for it)."""
+        where = (
+            "import os; from cloister_cli.launch import wire; print(wire.socket_path(os.environ))"
+        )
+        found = subprocess.run(
+            [sys.executable, "-c", where],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+        ).stdout.strip()
+        deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
+        while not Path(found).exists():
+            if time.monotonic() > deadline:
+                raise BenchError(f"no command server listens at {found}")
+            time.sleep(0.1)
 
     @property
     def instance(self) -> Instance:
@@ -315,6 +343,8 @@ def report(results: dict[str, Any]) -> None:
         )
 
     verdict = {True: "meets", False: "MISSES"}
+    how = "by the command server" if results["served"] else "each in its own process"
+    print(f"commands run {how}")
     if guardian is not None:
         print(f"cloister guardian start ({guardian['runs']} runs, images present, stack down)")
         print(line("guardian start", guardian["start"]))
@@ -367,10 +397,12 @@ def main() -> None:
     parser.add_argument("--version-runs", type=int, default=10)
     parser.add_argument("--image", default="cloister-slim:latest")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--no-server", action="store_true", help="each command in its own process")
     options = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="cloister-bench-") as scratch:
         cli, repo, name = scratch_cli(Path(scratch), options.image, "bench")
+        cli.served = not options.no_server
         bare = Bare(cli.docker, options.image, f"cloister-bench-bare-{secrets.token_hex(3)}")
         problems: list[str] = []
         try:
@@ -378,10 +410,12 @@ def main() -> None:
             cli.run("guardian", "start", timeout=BUILD_TIMEOUT_SECONDS)
             cli.run("start", "-d", cwd=repo, timeout=BUILD_TIMEOUT_SECONDS)
             cli.run("stop", name)
+            if cli.served:
+                cli.wait_for_server()
             bare.make_network()
             bare.run()
             bare.remove()
-            results: dict[str, Any] = {"image": options.image}
+            results: dict[str, Any] = {"image": options.image, "served": cli.served}
             if options.guardian_runs > 0:
                 results["guardian_start"] = bench_guardian_start(cli, options.guardian_runs)
             results["cloister_start"] = bench_cloister_start(

@@ -14,6 +14,10 @@ and data directories, the small ``cloister-slim`` image and the local Docker eng
 * the engine's API calls (method and path; the executor's marked) and the child
   processes (git, docker), each with its wall time, in the order they were made.
 
+The command runs in its own process, as with ``CLOISTER_NO_SERVER=1``: served by the
+command server (``cloister_cli.launch``), a command pays none of the imports, and the
+rest is the same code in a fork of the server.
+
 cProfile's own cost makes the Python-heavy steps look slower than they are (the engine's
 and the children's times are as measured); the wall time of the same command without the
 profiler is in ``bench_cli.py``. Benchmark-only: nothing in the CLI knows of it.

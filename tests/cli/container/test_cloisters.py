@@ -28,6 +28,7 @@ from cloister_cli.container.cloisters import (
     Workspace,
     environment_for,
 )
+from cloister_cli.launch import wire
 from cloister_cli.repo import gitmounts
 from cloister_cli.repo.projects import Project
 from cloister_cli.session import sessions
@@ -442,6 +443,9 @@ REFUSED: list[tuple[str, PathOf]] = [
     ("/proc/self", lambda h: Path("/proc/self")),
     ("/sys", lambda h: Path("/sys")),
     ("/dev", lambda h: Path("/dev")),
+    ("the command server's directory", lambda h: Path(wire.directories(os.environ)[-1])),
+    ("inside it", lambda h: Path(wire.directories(os.environ)[-1], "x")),
+    ("$TMPDIR, /tmp (holds it)", lambda h: Path(wire.directories(os.environ)[-1]).parent),
 ]
 
 ALLOWED: list[tuple[str, PathOf]] = [
@@ -468,6 +472,16 @@ def test_forbidden_allows(host: Host, path_of: PathOf) -> None:
 def test_forbidden_refuses_with_the_default_layout(default_host: Host, path_of: PathOf) -> None:
     with pytest.raises(CloisterStartError):
         default_host.forbidden.check(path_of(default_host), "the project")
+
+
+def test_the_runtime_directory_holding_the_command_servers_socket_is_refused(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    for path in (tmp_path / "run", tmp_path / "run" / "cloister" / "x"):
+        with pytest.raises(CloisterStartError, match="which a cloister must never see"):
+            host.forbidden.check(path, "the project")
+    host.forbidden.check(tmp_path / "elsewhere", "the project")
 
 
 def test_default_layout_puts_config_and_data_in_home(default_host: Host) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from cloister_cli.commands.output import (
     warn,
 )
 from cloister_cli.container import listing
+from cloister_cli.launch import run_in_terminal
 from cloister_core import stack
 from cloister_core.paths import CloisterPaths
 from cloister_core.printable import printable
@@ -169,9 +169,9 @@ def start(
     docker_cli = shutil.which("docker")
     if docker_cli is None:
         raise click.ClickException("the docker command is not installed")
-    result = subprocess.run([docker_cli, "exec", "-it", outcome.container, *command], check=False)
+    returncode = run_in_terminal([docker_cli, "exec", "-it", outcome.container, *command])
     note(f"left cloister {outcome.name} (still running; `cloister stop {outcome.name}` ends it)")
-    raise SystemExit(result.returncode)
+    raise SystemExit(returncode)
 
 
 def _start_json(outcome: apply.StartOutcome) -> dict[str, Any]:
@@ -471,4 +471,4 @@ def exec_command(context: Context, workdir: str | None, words: tuple[str, ...]) 
     docker_cli = shutil.which("docker")
     if docker_cli is None:
         raise click.ClickException("the docker command is not installed")
-    raise SystemExit(subprocess.run([docker_cli, *argv], check=False).returncode)
+    raise SystemExit(run_in_terminal([docker_cli, *argv]))

@@ -41,6 +41,7 @@ from docker.types import Mount
 from cloister_cli.container import networks
 from cloister_cli.container.engine import Container, Engine
 from cloister_cli.container.safeguards import MARKER, shm_size
+from cloister_cli.launch import wire
 from cloister_cli.repo.gitmounts import GitPlan, bind
 from cloister_core import stack
 from cloister_core.cloisterenv import set_by_cloister
@@ -119,6 +120,8 @@ class Forbidden:
             # the agents' own homes: logins, hooks and settings that run code
             home / ".claude", home / ".claude.json", home / ".codex", home / ".gemini",
             paths.config_dir, paths.data_dir,
+            # the command server's socket: it runs Cloister's commands for whoever reaches it
+            *(Path(directory) for directory in wire.directories(os.environ)),
         )  # fmt: skip
         return cls(
             roots=(Path("/"), home), subtrees=subtrees, exceptions=(paths.data_dir / "worktrees",)

@@ -1,0 +1,446 @@
+"""The command server: Cloister imported once, each command run in a fork of it.
+
+Started by the console script (:mod:`cloister_cli.launch.client`) when it found none:
+``python -P -m cloister_cli.launch.server SOCKET``. It takes the lock beside the socket
+(a second server for the same socket exits at once), imports the commands and the
+library, freezes what it imported out of the collector's way, and listens.
+
+For each caller of its own user it forks, and the fork becomes the command: the
+caller's standard streams, working directory, umask, environment and arguments, a
+process group of its own (the caller passes it the terminal's signals), then the
+console script's ``main``. The server itself runs nothing of a command: it reaps the
+fork and sends the caller its exit status (or the signal that ended it). A fork's
+process outlives a caller that goes away only long enough to see it: then it gets
+SIGHUP, as a command whose terminal closed would.
+
+It stops when its code changed since it imported it (a file of a module it loaded has
+another modification time or size: an upgrade, an edit), answering the caller that
+asked "stale" so that it runs the command itself; when no command has run for
+:data:`IDLE_SECONDS` (``--idle``); and on SIGTERM. It writes one line per command to its log (the
+socket's name with ``.log``; the command's name, not its arguments, which may hold
+secrets).
+
+Everything a command reads from its environment is read when it runs (never at import:
+a rule of the whole project, which is what makes a fork of a warm process the same as a
+fresh one), and the forks share nothing else: the server makes no connection, reads no
+file of the user's and starts no thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import fcntl
+import gc
+import importlib
+import io
+import os
+import pkgutil
+import queue
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cloister_cli.launch import terminal, wire
+
+IDLE_SECONDS = 600.0
+LOG_LIMIT = 1 << 20  # emptied by the next server once it is longer
+REQUEST_TIMEOUT_SECONDS = 5.0
+ENTRY = "cloister_cli.commands.main:main"
+# Imported ahead besides the entry's module: the library and what its commands load when
+# they run. The files inside the cloister are not Python Cloister runs.
+WARM_PACKAGES = ("cloister_cli", "cloister_core", "cloister_executor")
+COLD = ("cloister_cli.inside", "cloister_cli.launch")
+WARM_MODULES = ("docker",)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    umask: int
+    streams: list[tuple[str, str]]
+
+    @classmethod
+    def of(cls, message: dict[str, Any]) -> Request:
+        try:
+            argv, env, cwd = message["argv"], message["env"], message["cwd"]
+            umask, streams = message["umask"], message["streams"]
+            if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+                raise TypeError(f"argv {argv!r}")
+            if not isinstance(env, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+            ):
+                raise TypeError("env")
+            if not isinstance(cwd, str) or not isinstance(umask, int) or len(streams) != 3:
+                raise TypeError(f"cwd {cwd!r}, umask {umask!r}, streams {streams!r}")
+            pairs = [(str(encoding), str(errors)) for encoding, errors in streams]
+        except (KeyError, TypeError, ValueError) as error:
+            raise wire.WireError(f"not a command request: {error}") from None
+        return cls(argv, env, cwd, umask & 0o777, pairs)
+
+
+class Fingerprint:
+    """The files of the modules a process has loaded, as they were."""
+
+    def __init__(self) -> None:
+        self.files = dict(self._now())
+
+    @staticmethod
+    def _now() -> Iterator[tuple[str, tuple[int, int]]]:
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str):
+                try:
+                    found = Path(path).stat()
+                except OSError:
+                    yield path, (-1, -1)
+                else:
+                    yield path, (found.st_mtime_ns, found.st_size)
+
+    def changed(self) -> bool:
+        for path, then in self.files.items():
+            try:
+                found = Path(path).stat()
+            except OSError:
+                return True
+            if (found.st_mtime_ns, found.st_size) != then:
+                return True
+        return False
+
+
+def warm(entry: str) -> Callable[[], Any]:
+    """Import the entry's module and what the commands import when they run; the entry."""
+    module_name, _, attribute = entry.partition(":")
+    target: Callable[[], Any] = getattr(importlib.import_module(module_name), attribute)
+    if entry != ENTRY:
+        return target
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+    for package_name in WARM_PACKAGES:
+        package = importlib.import_module(package_name)
+        for found in pkgutil.walk_packages(package.__path__, f"{package_name}."):
+            if not found.name.startswith(COLD):
+                importlib.import_module(found.name)
+    return target
+
+
+class Server:
+    """The accept loop: forks a command per request, reaps them, reports their status."""
+
+    def __init__(self, path: Path, lock_fd: int, log: io.TextIOBase, idle: float) -> None:
+        self.path = path
+        self.idle = idle
+        self.lock_fd = lock_fd
+        self.log = log
+        self.listener = listen(path)
+        self.fingerprint = Fingerprint()
+        self.commands: dict[int, wire.Channel] = {}
+        self.selector = selectors.DefaultSelector()
+        self.wakeup_read, self.wakeup_write = os.pipe()
+        self.listening = True
+
+    def serve(self) -> Command | None:
+        """Serve until it stops (None), or, in a fork, the command it is to run."""
+        for fd in (self.wakeup_read, self.wakeup_write):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self.wakeup_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._stop)
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.selector.register(self.wakeup_read, selectors.EVENT_READ)
+        idle_since = time.monotonic()
+        while self.listening or self.commands:
+            timeout = None if self.commands else self.idle - (time.monotonic() - idle_since)
+            if timeout is not None and timeout <= 0:
+                self.retire("idle")
+                break
+            for found, _ in self.selector.select(timeout):
+                if found.fileobj is self.listener and self.listening:
+                    command = self._accept()
+                    if command is not None:
+                        return command
+                elif found.fileobj == self.wakeup_read:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wakeup_read, 512):
+                            pass
+                    self._reap()
+            if self.commands:
+                idle_since = time.monotonic()
+        return None
+
+    def _stop(self, *_: object) -> None:
+        self.retire("SIGTERM")
+
+    def retire(self, why: str) -> None:
+        """Listen no more, and let a new server take the socket at once; the commands
+        still running are reaped before this one exits."""
+        if not self.listening:
+            return
+        self.listening = False
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        # Holding the lock, this server is the only one that binds the path.
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self.lock_fd)
+        self._say(f"stopping: {why}")
+
+    def _accept(self) -> Command | None:
+        try:
+            connection, _ = self.listener.accept()
+        except OSError:
+            return None
+        channel = wire.Channel(connection)
+        try:
+            connection.settimeout(REQUEST_TIMEOUT_SECONDS)
+            caller, uid = wire.peer(connection)
+            if uid != os.getuid():
+                raise wire.WireError(f"a caller of another user (uid {uid})")
+            if not same_mount_namespace(caller):
+                raise wire.WireError(f"a caller in another mount namespace (pid {caller})")
+            message = channel.receive()
+            if message is None:
+                raise wire.WireError("no request")
+            request = Request.of(message)
+            fds = channel.take_fds()
+            if len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                raise wire.WireError(f"{len(fds)} standard streams")
+            connection.settimeout(None)
+            if self.fingerprint.changed():
+                self.retire("its code changed since it started")
+                channel.send({"stale": True})
+                for fd in fds:
+                    os.close(fd)
+                channel.close()
+                return None
+        except (OSError, wire.WireError) as error:
+            self._say(f"refused a request: {error}")
+            channel.close()
+            return None
+        pid = os.fork()
+        if pid == 0:
+            return self._become(request, fds, channel)
+        for fd in fds:
+            os.close(fd)
+        self.commands[pid] = channel
+        name = next((word for word in request.argv if not word.startswith("-")), "")
+        self._say(f"{pid}: {name or ' '.join(request.argv[:1])}")
+        return None
+
+    def _become(self, request: Request, fds: list[int], channel: wire.Channel) -> Command:
+        """In the fork: drop the server's parts; the command to run."""
+        signal.set_wakeup_fd(-1)
+        for number in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(number, signal.SIG_DFL)
+        self.selector.close()
+        self.listener.close()
+        if self.listening:
+            os.close(self.lock_fd)  # the lock is the server's, not a command's
+        os.close(self.wakeup_read)
+        os.close(self.wakeup_write)
+        for other in self.commands.values():
+            other.connection.close()
+        self.log.close()
+        return Command(request, fds, channel)
+
+    def _reap(self) -> None:
+        while self.commands:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            channel = self.commands.pop(pid, None)
+            if channel is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            with contextlib.suppress(OSError):
+                channel.send({"signal": -code} if code < 0 else {"exit": code})
+            channel.close()
+
+    def _say(self, line: str) -> None:
+        self.log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
+        self.log.flush()
+
+
+class Command:
+    """A fork of the server that becomes the caller's command."""
+
+    def __init__(self, request: Request, fds: list[int], channel: wire.Channel) -> None:
+        self.request = request
+        self.fds = fds
+        self.channel = channel
+        self.replies: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+
+    def run(self, entry: Callable[[], Any]) -> Any:
+        """Take the caller's place, then run *entry*; what it returns."""
+        os.setpgid(0, 0)
+        for number, fd in enumerate(self.fds):
+            os.dup2(fd, number)
+            os.close(fd)
+        os.umask(self.request.umask)
+        os.environ.clear()
+        os.environ.update(self.request.env)
+        sys.argv = ["cloister", *self.request.argv]
+        self._streams()
+        self.channel.send({"pid": os.getpid()})
+        threading.Thread(target=self._listen, name="caller", daemon=True).start()
+        terminal.serve_from(self._run_in_terminal)
+        try:
+            os.chdir(self.request.cwd)
+        except OSError as error:
+            print(f"cloister: cannot work in {self.request.cwd!r}: {error}", file=sys.stderr)
+            return 1
+        return entry()
+
+    def _streams(self) -> None:
+        """Python's standard streams over the caller's, as its interpreter made them:
+        stdout buffered by blocks unless it is a terminal, stderr by lines."""
+        made = []
+        for number, (encoding, errors) in enumerate(self.request.streams):
+            by_line = number == 2 or (number == 1 and os.isatty(number))
+            mode = "r" if number == 0 else "w"
+            buffering = 1 if by_line else -1
+            made.append(
+                open(  # noqa: SIM115 - the process's streams until it ends
+                    number, mode, buffering, encoding, errors, closefd=False
+                )
+            )
+        sys.stdin, sys.stdout, sys.stderr = made
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = made  # type: ignore[misc,assignment]
+
+    def _listen(self) -> None:
+        """The caller's answers; when it goes away, end as a command whose terminal closed."""
+        try:
+            while (message := self.channel.receive()) is not None:
+                self.replies.put(int(message["returncode"]))
+        except (OSError, wire.WireError, KeyError, TypeError, ValueError):
+            pass
+        self.replies.put(None)
+        os.killpg(0, signal.SIGHUP)
+
+    def _run_in_terminal(self, argv: list[str], env: dict[str, str], cwd: str) -> int:
+        self.channel.send({"run": argv, "env": env, "cwd": cwd})
+        returncode = self.replies.get()
+        if returncode is None:
+            raise SystemExit(129)  # the caller went away; SIGHUP is on its way
+        return returncode
+
+
+def same_mount_namespace(pid: int) -> bool:
+    """Whether process *pid* sees the files this server sees: a host process, not one in
+    a container (whose mount namespace is its own). Unknown (no pid, no access): no."""
+    if pid <= 0:
+        return False
+    try:
+        theirs = Path(f"/proc/{pid}/ns/mnt").stat()
+        ours = Path("/proc/self/ns/mnt").stat()
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def lock(path: Path) -> int | None:
+    """The server's lock beside *path* (kept open while it runs); None when another
+    server holds it."""
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def listen(path: Path) -> socket.socket:
+    """A socket listening at *path*: bound beside it and renamed once it listens, so a
+    caller never finds a socket that refuses it."""
+    beside = path.with_name(f"{path.name}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        beside.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.fspath(beside))
+    beside.chmod(0o600)
+    listener.listen(64)
+    beside.replace(path)
+    return listener
+
+
+def main(argv: list[str] | None = None) -> Any:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("socket", type=Path)
+    parser.add_argument("--entry", default=ENTRY, help="module:function a command runs")
+    parser.add_argument("--idle", type=float, default=IDLE_SECONDS, help="seconds until it stops")
+    options = parser.parse_args(argv)
+    path: Path = options.socket
+    lock_fd = lock(path)
+    if lock_fd is None:
+        print(f"cloister: another server holds {str(path)!r}", file=sys.stderr)
+        return 0  # another server for this socket is running or starting
+    entry = warm(options.entry)
+    if threading.active_count() != 1:  # a fork has only the thread that forked
+        names = [thread.name for thread in threading.enumerate()]
+        print(f"cloister: not serving: importing started threads {names}", file=sys.stderr)
+        return 1
+    gc.collect()
+    gc.freeze()  # what the warm-up made lives on in every fork: never walked again
+    log_path = path.with_suffix(".log")
+    if log_path.exists() and log_path.stat().st_size > LOG_LIMIT:
+        log_path.write_bytes(b"")  # the server holds the lock: no one else writes it
+    log = log_path.open("a", encoding="utf-8")
+    server = Server(path, lock_fd, log, options.idle)
+    server._say(f"listening (pid {os.getpid()}, {len(server.fingerprint.files)} files)")
+    command = server.serve()
+    if command is None:
+        server._say("stopped")
+        return 0
+    try:
+        status = command.run(entry)
+    except SystemExit as stop:
+        status = stop.code
+    except KeyboardInterrupt:
+        finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # ends as Python ends on an uncaught Ctrl-C
+        status = 130
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    if status is not None and not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    finish()
+    os._exit(status or 0)
+
+
+def finish() -> None:
+    """What the interpreter does at exit that a command relies on, without the rest.
+
+    A fork's exit is its own: tearing down the modules and objects it shares with the
+    server would touch, and so copy, every page of them (tens of milliseconds). So, as
+    :mod:`multiprocessing` ends a forked process, it waits for the threads (and lets
+    ``concurrent.futures`` end its workers), runs the ``atexit`` functions, flushes the
+    streams, and then ends at once.
+    """
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
