@@ -5,15 +5,22 @@ session); tests marked ``@pytest.mark.browser`` need Debian's Chromium for Playw
 Without them such a test is skipped on a developer's machine but *fails* when the
 ``CI`` environment variable is set (CI must prove the behaviour, not quietly skip it).
 Lines at the end of the run say how many marked tests passed, failed and were skipped.
+
+The ``cloister`` commands the tests run start this installation's command server
+(:mod:`cloister_cli.launch`); the servers the session started are stopped at its end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import signal
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, NoReturn, Protocol
 
 import docker
@@ -196,6 +203,32 @@ def docker_client(pytestconfig: pytest.Config) -> Iterator[docker.DockerClient]:
         yield client
     finally:
         client.close()
+
+
+def command_servers() -> set[int]:
+    """The pids of this installation's command servers (this Python's, any user's)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if argv[0] == os.fsencode(sys.executable) and b"cloister_cli.launch.server" in argv:
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def command_servers_stopped() -> Iterator[None]:
+    """Stop, at the session's end, the command servers its commands started (each
+    would otherwise wait 10 idle minutes); one running before the session stays."""
+    before = command_servers()
+    yield
+    for pid in command_servers() - before:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.fixture(scope="session")

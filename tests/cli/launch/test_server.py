@@ -11,6 +11,7 @@ at its end.
 from __future__ import annotations
 
 import os
+import resource
 import select
 import signal
 import socket
@@ -39,7 +40,7 @@ PROBE = textwrap.dedent(
         what = sys.argv[1]
         if what == "echo":
             print(f"argv={sys.argv[1:]}")
-            print(f"cwd={os.getcwd()}")
+            print(f"cwd={os.getcwd()} {os.stat('.').st_ino}")
             print(f"value={os.environ.get('PROBE_VALUE')}")
             print(f"umask={os.umask(0):o}")
             print(f"stdin={sys.stdin.read()!r}")
@@ -224,7 +225,7 @@ def test_a_served_command_has_the_callers_arguments_streams_and_place(served: Se
     assert ran.returncode == 5
     assert ran.stdout.splitlines() == [
         "argv=['echo', '5']",
-        f"cwd={work}",
+        f"cwd={work} {work.stat().st_ino}",
         "value=from the caller",
         "umask=27",
         "stdin='typed by a person'",
@@ -372,6 +373,44 @@ def test_a_process_in_a_container_is_refused_even_with_the_socket_in_reach(
     assert served.run("echo", "0").returncode == 0  # and it goes on serving its own
 
 
+FAKE_SERVER = """
+use IO::Socket::UNIX;
+unlink $ARGV[0];
+my $server = IO::Socket::UNIX->new(Local => $ARGV[0], Listen => 5) or die "listen: $!";
+print "listening\\n";
+STDOUT->flush();
+my $caller = $server->accept();
+my $got = "";
+while (sysread($caller, my $chunk, 65536)) { $got .= $chunk }
+print "received ", length($got), " bytes\\n";
+"""
+
+
+@pytest.mark.docker
+def test_a_server_in_a_container_is_not_trusted(
+    served: Served, docker_client: docker.DockerClient
+) -> None:
+    """Were the socket's directory writable from a cloister, a server there (of the
+    same uid) would get nothing: the console script trusts only a server in its own
+    mount namespace, and runs the command itself."""
+    fake = docker_client.containers.run(
+        BASE_IMAGE,
+        ["perl", "-e", FAKE_SERVER, f"/reach/{served.path.name}"],
+        mounts=[Mount("/reach", str(served.path.parent), type="bind")],
+        user=f"{os.getuid()}:{os.getgid()}",
+        network_mode="none",
+        detach=True,
+    )
+    try:
+        wait_until(lambda: b"listening" in fake.logs(), 30, "the fake server")
+        ran = served.run("--version", extra={"SECRET_OF_THE_CALLER": "x" * 40})
+        assert (ran.returncode, ran.stdout) == (0, "cloister, version 0.1.0\n")  # ran here
+        assert fake.wait(timeout=30)["StatusCode"] == 0
+        assert fake.logs().splitlines()[-1] == b"received 0 bytes"
+    finally:
+        fake.remove(force=True)
+
+
 # -- the server's life ----------------------------------------------------------------------
 
 
@@ -410,7 +449,7 @@ def test_a_second_server_for_the_same_socket_leaves_it_to_the_first(served: Serv
     [b"", b"\x00\x00\x00\x05hello", b"\x00\x00\x00\x02{}"],
     ids=["nothing", "garbage", "not a request"],
 )
-def test_a_request_that_is_not_one_is_refused_and_the_server_goes_on(
+def test_a_request_that_is_not_one_runs_nothing_and_the_server_goes_on(
     served: Served, raw: bytes
 ) -> None:
     probe_entry(served)
@@ -418,9 +457,47 @@ def test_a_request_that_is_not_one_is_refused_and_the_server_goes_on(
         connection.connect(str(served.path))
         connection.sendall(raw)
         connection.shutdown(socket.SHUT_WR)
-        assert connection.recv(100) == b""
-    wait_until(lambda: "refused a request" in served.log, 30, "the refusal in the log")
+        answers = wire.Channel(connection)
+        first = answers.receive()
+        assert first is not None
+        assert "declined" in first  # the fork ran nothing
+        assert answers.receive() == {"exit": 0}
+    wait_until(lambda: ": ran nothing" in served.log, 30, "the refusal in the log")
     assert served.run("echo", "0").returncode == 0
+
+
+def test_a_caller_with_other_limits_runs_the_command_itself(served: Served) -> None:
+    """A command never gets more than its caller had: a caller whose limits (or
+    privileges) are not the server's is declined, and runs the command itself."""
+    server = probe_entry(served)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lower = min(soft, 512) - 1
+
+    def fewer_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lower, hard))
+
+    ran = subprocess.run(
+        [sys.executable, "-c", CLIENT, "--version"],
+        capture_output=True,
+        text=True,
+        cwd=served.root,
+        env=served.env,
+        preexec_fn=fewer_files,  # one setrlimit before the exec
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, ran.stdout) == (0, "cloister, version 0.1.0\n")  # cloister's own
+    assert "declined pid" in served.log
+    assert server.poll() is None  # and it goes on serving those like it
+    assert served.run("echo", "0").returncode == 0
+
+
+def test_a_command_killed_by_sigkill_ends_its_caller_so(served: Served) -> None:
+    probe_entry(served)
+    caller = served.popen("wait", str(served.root / "pid"))
+    assert lines_of(caller, 1) == ["ready"]
+    os.kill(int((served.root / "pid").read_text(encoding="utf-8")), signal.SIGKILL)
+    assert finished(caller)[0] == -signal.SIGKILL
 
 
 def test_the_server_refuses_to_serve_when_importing_started_a_thread(served: Served) -> None:

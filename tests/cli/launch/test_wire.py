@@ -39,6 +39,44 @@ def test_a_symlink_is_not_a_private_directory(tmp_path: Path) -> None:
     assert wire.socket_path({"TMPDIR": str(tmp_path)}) is None
 
 
+def test_a_directory_others_may_rename_it_in_is_not_used(short_tmp: Path) -> None:
+    shared = short_tmp / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # writable by all, and not sticky: anyone may rename in it
+    assert wire.socket_path({"TMPDIR": str(shared)}) is None
+    shared.chmod(0o1777)  # sticky, as /tmp is: only the owner renames its own
+    assert wire.socket_path({"TMPDIR": str(shared)}) is not None
+
+
+def test_a_directory_in_another_users_directory_is_not_used(short_tmp: Path) -> None:
+    """Root run with a user's environment (sudo -E) must not make its socket where that
+    user could rename it."""
+    if os.getuid() != 0:
+        pytest.skip("a directory of another user's is made by root")
+    theirs = short_tmp / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 4242, -1)
+    assert wire.directory({"TMPDIR": str(theirs)}) is None
+    assert not (theirs / "cloister-0").exists()
+
+
+def test_the_directories_a_cloister_must_never_see_include_the_defaults() -> None:
+    found = wire.reachable_directories({"TMPDIR": "/elsewhere", "XDG_RUNTIME_DIR": "/run/x"})
+    uid = os.getuid()
+    assert found == [
+        "/run/x/cloister",
+        f"/elsewhere/cloister-{uid}",
+        f"/run/user/{uid}/cloister",
+        f"/tmp/cloister-{uid}",
+    ]
+
+
+def test_the_mount_namespace_is_this_processs_or_unknown() -> None:
+    assert wire.same_mount_namespace(os.getpid())
+    assert not wire.same_mount_namespace(0)
+    assert not wire.same_mount_namespace(2**22 + 1)  # above any pid
+
+
 def test_no_private_place_means_no_server(tmp_path: Path) -> None:
     taken = tmp_path / f"cloister-{os.getuid()}"
     taken.write_text("a file", encoding="utf-8")

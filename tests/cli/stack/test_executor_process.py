@@ -81,7 +81,14 @@ def test_start_is_idempotent_and_stop_ends_it(paths: CloisterPaths) -> None:
     state = executor_process.start(paths)
     assert alive(state.pid)
     cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
-    assert cmdline[:4] == [sys.executable.encode(), b"-m", b"cloister_executor.main", b"serve"]
+    assert cmdline[:5] == [
+        sys.executable.encode(),
+        b"-P",
+        b"-m",
+        b"cloister_executor.main",
+        b"serve",
+    ]
+    assert Path(f"/proc/{state.pid}/cwd").readlink() == Path("/")
     assert str(paths.data_dir).encode() in cmdline
     assert state.socket == socket_path(paths)
     assert stat.S_ISSOCK(state.socket.stat().st_mode)
@@ -96,6 +103,25 @@ def test_start_is_idempotent_and_stop_ends_it(paths: CloisterPaths) -> None:
     assert executor_process.running(paths) is None
     assert not state.socket.exists()
     assert executor_process.stop(paths) is False  # nothing left to stop
+
+
+def test_a_cloister_executor_package_in_the_working_directory_never_runs(
+    paths: CloisterPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cloister start` runs in a project an agent writes: a package of the daemon's name
+    there must not be the one Python imports, neither for the start nor the daemon."""
+    project = tmp_path / "project"
+    planted = project / "cloister_executor"
+    planted.mkdir(parents=True)
+    marker = tmp_path / "ran"
+    (planted / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').write('the agent code ran on the host')\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(project)
+    state = executor_process.start(paths)
+    assert alive(state.pid)
+    assert not marker.exists()
 
 
 def test_start_replaces_a_stale_state_file(paths: CloisterPaths) -> None:

@@ -338,8 +338,10 @@ async def run(settings: ExecutorSettings) -> None:
 def _start_in_background(argv: list[str]) -> int:
     """Run ``serve`` again, without ``--background``, detached; print its pid."""
     foreground = [arg for arg in argv if arg != "--background"]
+    # -P and "/": the working directory is never on sys.path (it may be a project)
     process = subprocess.Popen(
-        [sys.executable, "-m", "cloister_executor.main", "serve", *foreground],
+        [sys.executable, "-P", "-m", "cloister_executor.main", "serve", *foreground],
+        cwd="/",
         stdin=subprocess.DEVNULL,
         stdout=sys.stderr,
         stderr=sys.stderr,

@@ -120,8 +120,8 @@ class Forbidden:
             # the agents' own homes: logins, hooks and settings that run code
             home / ".claude", home / ".claude.json", home / ".codex", home / ".gemini",
             paths.config_dir, paths.data_dir,
-            # the command server's socket: it runs Cloister's commands for whoever reaches it
-            *(Path(directory) for directory in wire.directories(os.environ)),
+            # the command server's sockets: it runs Cloister's commands
+            *(Path(directory) for directory in wire.reachable_directories(os.environ)),
         )  # fmt: skip
         return cls(
             roots=(Path("/"), home), subtrees=subtrees, exceptions=(paths.data_dir / "worktrees",)

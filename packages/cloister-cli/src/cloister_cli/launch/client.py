@@ -3,12 +3,16 @@
 The command runs here (as it always did) when ``CLOISTER_NO_SERVER`` is set, for the
 commands in :data:`IN_PROCESS`, when there is no private place for the server's socket,
 when the server is not there (one is started in the background for the next command),
-when it belongs to another user, when it says its code changed since it started (it
-stops; a new one is started), or when it goes away before it forked. Once the server
-has forked the command, that process is the command: this one passes it the signals
-the terminal sends (to its process group, as a terminal would), runs the programs it
-asks for in the terminal (:func:`cloister_cli.launch.run_in_terminal`), and exits with
-its status, or by its signal.
+when it is not one this process trusts (another user's, in another mount namespace, or
+not this interpreter), when it declines (this process's privileges or limits are not
+its own), when it says its code changed since it started (it stops; a new one is
+started), or when it does not answer within :data:`ANSWER_TIMEOUT_SECONDS`.
+
+Nothing runs twice: the server's fork says who it is and waits for this process's go
+before it runs the command; from then on that process is the command. This one passes
+it the signals the terminal sends (to its process group, as a terminal would), runs the
+programs it asks for in the terminal (:func:`cloister_cli.launch.run_in_terminal`), and
+exits with its status, or by its signal.
 
 Like :mod:`cloister_cli.launch.wire`, it imports only what costs next to nothing.
 """
@@ -32,6 +36,8 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 # which takes the terminal a served command does not have (getpass opens /dev/tty).
 IN_PROCESS = frozenset({"setup"})
 SERVER_MODULE = "cloister_cli.launch.server"
+# Until the fork says who it is; past it, nothing has run and this process runs the command.
+ANSWER_TIMEOUT_SECONDS = 10.0
 
 
 def main() -> int | None:
@@ -68,12 +74,18 @@ def in_process() -> NoReturn:
 
 
 def connect(path: str) -> _socket.socket:
-    """A connection to the server at *path*; OSError when it is not there or not ours."""
+    """A connection to the server at *path*; OSError when it is not there or not one to
+    trust: this user's, in this mount namespace, running this interpreter."""
     connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         connection.connect(path)
-        if wire.peer(connection)[1] != os.getuid():
+        pid, uid = wire.peer(connection)
+        if uid != os.getuid():
             raise PermissionError(f"the server at {path!r} is another user's")
+        if not wire.same_mount_namespace(pid):
+            raise PermissionError(f"the server at {path!r} sees other files (a container?)")
+        if os.path.realpath(f"/proc/{pid}/exe") != os.path.realpath(sys.executable):
+            raise PermissionError(f"the server at {path!r} runs another program")
     except BaseException:
         connection.close()
         raise
@@ -91,22 +103,31 @@ def served(channel: wire.Channel) -> int | str:
     request = {
         "argv": sys.argv[1:],
         "env": dict(os.environ),
-        "cwd": os.getcwd(),
         "umask": umask,
         "streams": [[stream.encoding, stream.errors] for stream in streams],
     }
-    channel.send(request, fds=(0, 1, 2))
+    # The working directory as a descriptor: its path could name another directory by
+    # the time the command is there (a rename, a symlink swapped in by an agent).
+    here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        channel.connection.settimeout(ANSWER_TIMEOUT_SECONDS)
+        channel.send(request, fds=(0, 1, 2, here))
+    finally:
+        os.close(here)
     first = channel.receive()
     if first is None:
         return "the command server went away"
     if first.get("stale"):
         return "stale"
-    if "exit" in first:  # it ended before it could say who it is
-        return int(first["exit"])
+    if "declined" in first:
+        return str(first["declined"])
     command = first.get("pid")
     if not isinstance(command, int) or command <= 1:
-        raise wire.WireError(f"expected the command's pid, got {first!r}")
-    return Follower(channel, command).follow()
+        raise wire.WireError(f"expected the command's pid, got {first!r:.200}")
+    channel.connection.settimeout(None)
+    follower = Follower(channel, command)  # its signal handlers are set before the go
+    channel.send({"go": True})
+    return follower.follow()
 
 
 class Follower:
@@ -115,10 +136,10 @@ class Follower:
     def __init__(self, channel: wire.Channel, pid: int) -> None:
         self.channel = channel
         self.pid = pid
-
-    def follow(self) -> int:
         for number in FORWARDED:
             signal.signal(number, self.forward)
+
+    def follow(self) -> int:
         try:
             return self.messages()
         except (OSError, wire.WireError) as error:  # the command may have run: never again
@@ -147,12 +168,13 @@ class Follower:
             pass  # it has just ended; its status is on its way
 
     def run(self, message: dict[str, Any]) -> None:
-        """Run the program the command asks for, here in the terminal."""
+        """Run the program the command asks for, here in the terminal and this process's
+        directory, with the command's environment."""
         import subprocess  # noqa: PLC0415 - seldom: a shell to attach
 
-        argv, env, cwd = message["run"], message["env"], message["cwd"]
+        argv, env = message["run"], message["env"]
         try:
-            returncode = subprocess.run(argv, env=env, cwd=cwd, check=False).returncode
+            returncode = subprocess.run(argv, env=env, check=False).returncode
         except OSError as error:
             print(f"cloister: cannot run {argv[0]!r}: {error}", file=sys.stderr)
             returncode = 127
@@ -161,7 +183,8 @@ class Follower:
 
 def killed_by(number: int) -> NoReturn:
     """End as the command did: by the same signal."""
-    signal.signal(number, signal.SIG_DFL)
+    if number not in (signal.SIGKILL, signal.SIGSTOP):  # which no handler can take
+        signal.signal(number, signal.SIG_DFL)
     sys.stdout.flush()
     os.kill(os.getpid(), number)
     raise SystemExit(128 + number)  # a signal whose default is not to end a process
@@ -189,7 +212,8 @@ def start_server(path: str) -> None:
         os.setsid()
         if os.fork() == 0:
             null = os.open(os.devnull, os.O_RDWR)
-            errors = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+            errors = os.open(log, flags, 0o600)
             os.dup2(null, 0)
             os.dup2(null, 1)
             os.dup2(errors, 2)

@@ -5,20 +5,25 @@ Started by the console script (:mod:`cloister_cli.launch.client`) when it found 
 (a second server for the same socket exits at once), imports the commands and the
 library, freezes what it imported out of the collector's way, and listens.
 
-For each caller of its own user it forks, and the fork becomes the command: the
-caller's standard streams, working directory, umask, environment and arguments, a
-process group of its own (the caller passes it the terminal's signals), then the
-console script's ``main``. The server itself runs nothing of a command: it reaps the
-fork and sends the caller its exit status (or the signal that ended it). A fork's
-process outlives a caller that goes away only long enough to see it: then it gets
-SIGHUP, as a command whose terminal closed would.
+A caller is served when it is of the server's user and its :func:`credentials` are the
+server's (the same mount namespace, user and groups, capabilities, no_new_privs and
+seccomp, limits, security label and nice value): a command never gets more than its
+caller had. Otherwise it is told ``declined`` and runs the command itself. The server
+reads nothing of a request: it forks at once, and the fork reads it (a slow caller holds
+up no one else, and no caller's environment stays in the server for the next fork). The
+fork becomes the command: the caller's standard streams, working directory (a
+descriptor), umask, environment and arguments, a process group of its own (the caller
+passes it the terminal's signals); it says who it is, waits for the caller's go, then
+runs the console script's ``main``. The server reaps it and sends the caller its exit
+status (or the signal that ended it). A command whose caller goes away gets SIGHUP, as a
+command whose terminal closed would.
 
 It stops when its code changed since it imported it (a file of a module it loaded has
 another modification time or size: an upgrade, an edit), answering the caller that
-asked "stale" so that it runs the command itself; when no command has run for
-:data:`IDLE_SECONDS` (``--idle``); and on SIGTERM. It writes one line per command to its log (the
-socket's name with ``.log``; the command's name, not its arguments, which may hold
-secrets).
+asked "stale" so that it runs the command itself; when its socket is gone; when no
+command has run for :data:`IDLE_SECONDS` (``--idle``); and on SIGTERM. Each command's
+name (not its arguments, which may hold secrets) is a line of its log (the socket's
+name with ``.log``).
 
 Everything a command reads from its environment is read when it runs (never at import:
 a rule of the whole project, which is what makes a fork of a warm process the same as a
@@ -53,7 +58,8 @@ from cloister_cli.launch import terminal, wire
 
 IDLE_SECONDS = 600.0
 LOG_LIMIT = 1 << 20  # emptied by the next server once it is longer
-REQUEST_TIMEOUT_SECONDS = 5.0
+REQUEST_TIMEOUT_SECONDS = 10.0  # the caller's request, then its go, each
+SOCKET_CHECK_SECONDS = 60.0
 ENTRY = "cloister_cli.commands.main:main"
 # Imported ahead besides the entry's module: the library and what its commands load when
 # they run. The files inside the cloister are not Python Cloister runs.
@@ -66,14 +72,13 @@ WARM_MODULES = ("docker",)
 class Request:
     argv: list[str]
     env: dict[str, str]
-    cwd: str
     umask: int
     streams: list[tuple[str, str]]
 
     @classmethod
     def of(cls, message: dict[str, Any]) -> Request:
         try:
-            argv, env, cwd = message["argv"], message["env"], message["cwd"]
+            argv, env = message["argv"], message["env"]
             umask, streams = message["umask"], message["streams"]
             if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
                 raise TypeError(f"argv {argv!r}")
@@ -81,12 +86,12 @@ class Request:
                 isinstance(k, str) and isinstance(v, str) for k, v in env.items()
             ):
                 raise TypeError("env")
-            if not isinstance(cwd, str) or not isinstance(umask, int) or len(streams) != 3:
-                raise TypeError(f"cwd {cwd!r}, umask {umask!r}, streams {streams!r}")
+            if not isinstance(umask, int) or len(streams) != 3:
+                raise TypeError(f"umask {umask!r}, streams {streams!r}")
             pairs = [(str(encoding), str(errors)) for encoding, errors in streams]
         except (KeyError, TypeError, ValueError) as error:
             raise wire.WireError(f"not a command request: {error}") from None
-        return cls(argv, env, cwd, umask & 0o777, pairs)
+        return cls(argv, env, umask & 0o777, pairs)
 
 
 class Fingerprint:
@@ -118,6 +123,34 @@ class Fingerprint:
         return False
 
 
+# What /proc/PID/status says of a process's privileges (the user's, its groups', its
+# capabilities', no_new_privs', seccomp's): a caller's must be the server's.
+PRIVILEGES = (
+    "Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "Seccomp_filters",
+    "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
+)  # fmt: skip
+
+
+def credentials(pid: int) -> tuple[object, ...] | None:
+    """What a process may do, as far as a command it runs inherits it: its mount
+    namespace, privileges, limits, security label and nice value (None: not readable,
+    or gone)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        namespace = (proc / "ns" / "mnt").stat()
+        status = (proc / "status").read_text(encoding="utf-8").splitlines()
+        limits = (proc / "limits").read_text(encoding="utf-8")
+        nice = os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        return None
+    try:
+        label = (proc / "attr" / "current").read_bytes()
+    except OSError:  # no security module
+        label = b""
+    privileges = [line for line in status if line.split(":")[0] in PRIVILEGES]
+    return (namespace.st_dev, namespace.st_ino), tuple(privileges), limits, label, nice
+
+
 def warm(entry: str) -> Callable[[], Any]:
     """Import the entry's module and what the commands import when they run; the entry."""
     module_name, _, attribute = entry.partition(":")
@@ -143,6 +176,8 @@ class Server:
         self.lock_fd = lock_fd
         self.log = log
         self.listener = listen(path)
+        self.inode = path.stat().st_ino
+        self.credentials = credentials(os.getpid())
         self.fingerprint = Fingerprint()
         self.commands: dict[int, wire.Channel] = {}
         self.selector = selectors.DefaultSelector()
@@ -164,7 +199,13 @@ class Server:
             if timeout is not None and timeout <= 0:
                 self.retire("idle")
                 break
-            for found, _ in self.selector.select(timeout):
+            if self.listening and not self._socket_is_ours():
+                self.retire("its socket is gone")
+                continue
+            waiting = (
+                SOCKET_CHECK_SECONDS if timeout is None else min(timeout, SOCKET_CHECK_SECONDS)
+            )
+            for found, _ in self.selector.select(waiting):
                 if found.fileobj is self.listener and self.listening:
                     command = self._accept()
                     if command is not None:
@@ -178,6 +219,14 @@ class Server:
                 idle_since = time.monotonic()
         return None
 
+    def _socket_is_ours(self) -> bool:
+        """Whether the path is still this server's socket (a temporary directory
+        cleaned, the user's files removed: then no caller can reach it)."""
+        try:
+            return self.path.stat().st_ino == self.inode
+        except OSError:
+            return False
+
     def _stop(self, *_: object) -> None:
         self.retire("SIGTERM")
 
@@ -190,7 +239,7 @@ class Server:
         self.selector.unregister(self.listener)
         self.listener.close()
         # Holding the lock, this server is the only one that binds the path.
-        with contextlib.suppress(FileNotFoundError):
+        if self._socket_is_ours():
             self.path.unlink()
         os.close(self.lock_fd)
         self._say(f"stopping: {why}")
@@ -202,27 +251,19 @@ class Server:
             return None
         channel = wire.Channel(connection)
         try:
-            connection.settimeout(REQUEST_TIMEOUT_SECONDS)
             caller, uid = wire.peer(connection)
             if uid != os.getuid():
                 raise wire.WireError(f"a caller of another user (uid {uid})")
-            if not same_mount_namespace(caller):
+            if not wire.same_mount_namespace(caller):
                 raise wire.WireError(f"a caller in another mount namespace (pid {caller})")
-            message = channel.receive()
-            if message is None:
-                raise wire.WireError("no request")
-            request = Request.of(message)
-            fds = channel.take_fds()
-            if len(fds) != 3:
-                for fd in fds:
-                    os.close(fd)
-                raise wire.WireError(f"{len(fds)} standard streams")
-            connection.settimeout(None)
+            if credentials(caller) != self.credentials:
+                channel.send({"declined": "its privileges or limits are not the server's"})
+                self._say(f"declined pid {caller}: other privileges or limits")
+                channel.close()
+                return None
             if self.fingerprint.changed():
                 self.retire("its code changed since it started")
                 channel.send({"stale": True})
-                for fd in fds:
-                    os.close(fd)
                 channel.close()
                 return None
         except (OSError, wire.WireError) as error:
@@ -231,15 +272,11 @@ class Server:
             return None
         pid = os.fork()
         if pid == 0:
-            return self._become(request, fds, channel)
-        for fd in fds:
-            os.close(fd)
+            return self._become(channel)
         self.commands[pid] = channel
-        name = next((word for word in request.argv if not word.startswith("-")), "")
-        self._say(f"{pid}: {name or ' '.join(request.argv[:1])}")
         return None
 
-    def _become(self, request: Request, fds: list[int], channel: wire.Channel) -> Command:
+    def _become(self, channel: wire.Channel) -> Command:
         """In the fork: drop the server's parts; the command to run."""
         signal.set_wakeup_fd(-1)
         for number in (signal.SIGCHLD, signal.SIGTERM):
@@ -252,8 +289,7 @@ class Server:
         os.close(self.wakeup_write)
         for other in self.commands.values():
             other.connection.close()
-        self.log.close()
-        return Command(request, fds, channel)
+        return Command(channel, self.log)
 
     def _reap(self) -> None:
         while self.commands:
@@ -279,38 +315,73 @@ class Server:
 class Command:
     """A fork of the server that becomes the caller's command."""
 
-    def __init__(self, request: Request, fds: list[int], channel: wire.Channel) -> None:
-        self.request = request
-        self.fds = fds
+    def __init__(self, channel: wire.Channel, log: io.TextIOBase) -> None:
         self.channel = channel
+        self.log = log
         self.replies: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+
+    def receive(self) -> tuple[Request, list[int]]:
+        """The caller's request and its descriptors (streams, directory), then its go;
+        WireError or OSError (a timeout) when it is not there in time."""
+        connection = self.channel.connection
+        connection.settimeout(REQUEST_TIMEOUT_SECONDS)
+        message = self.channel.receive()
+        fds = self.channel.take_fds()
+        try:
+            if message is None:
+                raise wire.WireError("no request")
+            if len(fds) != wire.MAX_FDS:
+                raise wire.WireError(f"{len(fds)} descriptors, not {wire.MAX_FDS}")
+            request = Request.of(message)
+            self.channel.send({"pid": os.getpid()})
+            go = self.channel.receive()
+            if go is None or not go.get("go"):
+                raise wire.WireError(f"no go: {go!r:.100}")
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        connection.settimeout(None)
+        return request, fds
 
     def run(self, entry: Callable[[], Any]) -> Any:
         """Take the caller's place, then run *entry*; what it returns."""
+        try:
+            request, fds = self.receive()
+        except (OSError, wire.WireError) as error:
+            self._say(f"{os.getpid()}: ran nothing: {error}")
+            with contextlib.suppress(OSError):
+                self.channel.send({"declined": f"the request did not arrive ({error})"})
+            return 0
+        name = next((word for word in request.argv if not word.startswith("-")), "")
+        self._say(f"{os.getpid()}: {name or ' '.join(request.argv[:1])}")
+        self.log.close()
         os.setpgid(0, 0)
-        for number, fd in enumerate(self.fds):
+        *streams, here = fds
+        for number, fd in enumerate(streams):
             os.dup2(fd, number)
             os.close(fd)
-        os.umask(self.request.umask)
+        os.fchdir(here)
+        os.close(here)
+        os.umask(request.umask)
         os.environ.clear()
-        os.environ.update(self.request.env)
-        sys.argv = ["cloister", *self.request.argv]
-        self._streams()
-        self.channel.send({"pid": os.getpid()})
+        os.environ.update(request.env)
+        sys.argv = ["cloister", *request.argv]
+        self._streams(request)
         threading.Thread(target=self._listen, name="caller", daemon=True).start()
         terminal.serve_from(self._run_in_terminal)
-        try:
-            os.chdir(self.request.cwd)
-        except OSError as error:
-            print(f"cloister: cannot work in {self.request.cwd!r}: {error}", file=sys.stderr)
-            return 1
         return entry()
 
-    def _streams(self) -> None:
+    def _say(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
+            self.log.flush()
+
+    def _streams(self, request: Request) -> None:
         """Python's standard streams over the caller's, as its interpreter made them:
         stdout buffered by blocks unless it is a terminal, stderr by lines."""
         made = []
-        for number, (encoding, errors) in enumerate(self.request.streams):
+        for number, (encoding, errors) in enumerate(request.streams):
             by_line = number == 2 or (number == 1 and os.isatty(number))
             mode = "r" if number == 0 else "w"
             buffering = 1 if by_line else -1
@@ -332,8 +403,8 @@ class Command:
         self.replies.put(None)
         os.killpg(0, signal.SIGHUP)
 
-    def _run_in_terminal(self, argv: list[str], env: dict[str, str], cwd: str) -> int:
-        self.channel.send({"run": argv, "env": env, "cwd": cwd})
+    def _run_in_terminal(self, argv: list[str], env: dict[str, str]) -> int:
+        self.channel.send({"run": argv, "env": env})
         returncode = self.replies.get()
         if returncode is None:
             raise SystemExit(129)  # the caller went away; SIGHUP is on its way
@@ -353,10 +424,19 @@ def same_mount_namespace(pid: int) -> bool:
     return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
+def open_log(path: Path) -> io.TextIOBase:
+    """The server's log, appended to (emptied first once over :data:`LOG_LIMIT`)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    if os.fstat(fd).st_size > LOG_LIMIT:
+        os.ftruncate(fd, 0)  # the server holds the lock: no other server writes it
+    return open(fd, "a", encoding="utf-8")  # noqa: PTH123 - a descriptor, not a path
+
+
 def lock(path: Path) -> int | None:
     """The server's lock beside *path* (kept open while it runs); None when another
     server holds it."""
-    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(path.with_suffix(".lock"), flags, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -372,8 +452,7 @@ def listen(path: Path) -> socket.socket:
     with contextlib.suppress(FileNotFoundError):
         beside.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(os.fspath(beside))
-    beside.chmod(0o600)
+    listener.bind(os.fspath(beside))  # in the user's 0700 directory
     listener.listen(64)
     beside.replace(path)
     return listener
@@ -397,10 +476,7 @@ def main(argv: list[str] | None = None) -> Any:
         return 1
     gc.collect()
     gc.freeze()  # what the warm-up made lives on in every fork: never walked again
-    log_path = path.with_suffix(".log")
-    if log_path.exists() and log_path.stat().st_size > LOG_LIMIT:
-        log_path.write_bytes(b"")  # the server holds the lock: no one else writes it
-    log = log_path.open("a", encoding="utf-8")
+    log = open_log(path.with_suffix(".log"))
     server = Server(path, lock_fd, log, options.idle)
     server._say(f"listening (pid {os.getpid()}, {len(server.fingerprint.files)} files)")
     command = server.serve()

@@ -17,19 +17,21 @@ if TYPE_CHECKING:
 
 # Set in a served command's process: sends the caller a program to run, and waits for its
 # exit status (cloister_cli.launch.server).
-_caller: Callable[[list[str], dict[str, str], str], int] | None = None
+_caller: Callable[[list[str], dict[str, str]], int] | None = None
 
 
-def serve_from(runner: Callable[[list[str], dict[str, str], str], int]) -> None:
+def serve_from(runner: Callable[[list[str], dict[str, str]], int]) -> None:
     """This process is a served command: *runner* has the caller run a program."""
     global _caller  # noqa: PLW0603 - one per process, set once when it is forked
     _caller = runner
 
 
 def run_in_terminal(argv: list[str]) -> int:
-    """Run *argv* (its program's path first) in the person's terminal; its exit status."""
+    """Run *argv* (its program's path first) in the person's terminal, in the command's
+    starting directory (a served command's is its caller's), with the command's
+    environment; its exit status."""
     if _caller is None:
         import subprocess  # noqa: PLC0415 - the console script imports this module
 
         return subprocess.run(argv, check=False).returncode
-    return _caller(argv, dict(os.environ), os.getcwd())
+    return _caller(argv, dict(os.environ))

@@ -7,10 +7,12 @@ else may enter (mode 0700; anything else there, a symlink or another owner, and 
 server is not used). Its name is a checksum of what makes a server the right one for a
 caller: the interpreter, this package's directory, Python's version and every
 ``PYTHON*`` variable (the server is started with the caller's, so a different
-``PYTHONPATH`` gets a server of its own). Both ends check the other's user
-(``SO_PEERCRED``): a server runs commands only for its own user, and only for a process
-of its own mount namespace (a process in a container is refused, even one of the same
-uid that could reach the socket); a cloister never has these directories mounted
+``PYTHONPATH`` gets a server of its own). Both ends check the other (``SO_PEERCRED``):
+the same user, in the same mount namespace (a process in a container is refused, even
+one of the same uid that could reach the socket), and the caller trusts only a server
+that runs its own interpreter; the server runs a command only for a caller whose
+privileges and limits are its own (:func:`cloister_cli.launch.server.credentials`). A
+cloister never has these directories mounted
 (:class:`cloister_cli.container.cloisters.Forbidden`).
 
 How: length-prefixed :mod:`marshal` records on a Unix stream socket; the request carries
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 DISABLE_VARIABLE = "CLOISTER_NO_SERVER"
-MAX_FDS = 3  # the standard streams
+MAX_FDS = 4  # the standard streams and the working directory
 MAX_MESSAGE = 4 << 20  # an environment and argv, with room to spare
 SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux
 FD_SIZE = 4  # a C int in SCM_RIGHTS
@@ -55,18 +57,36 @@ def directories(environ: Mapping[str, str]) -> list[str]:
     found = []
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(runtime):
-        found.append(os.path.join(runtime, "cloister"))
+        found.append(os.path.join(os.path.normpath(runtime), "cloister"))
     temporary = environ.get("TMPDIR", "")
     # The user's own 0700 directory in it, checked by directory(), never a file of /tmp
     base = temporary if os.path.isabs(temporary) else "/tmp"  # noqa: S108
-    found.append(os.path.join(base, f"cloister-{os.getuid()}"))
+    found.append(os.path.join(os.path.normpath(base), f"cloister-{os.getuid()}"))
     return found
+
+
+def reachable_directories(environ: Mapping[str, str]) -> list[str]:
+    """Every directory a server of this user may listen in: *environ*'s, and those of an
+    environment with systemd's runtime directory and no ``TMPDIR`` (a cloister must
+    never see any of them)."""
+    default = {"XDG_RUNTIME_DIR": f"/run/user/{os.getuid()}"}
+    return list(dict.fromkeys([*directories(environ), *directories(default)]))
 
 
 def directory(environ: Mapping[str, str]) -> str | None:
     """The user's private directory for the server's socket, made if missing; None when
-    no candidate is one only this user can enter."""
+    no candidate is one only this user can enter, in a directory where only this user
+    (or root) can rename it: root run with another user's environment (``sudo -E``)
+    never uses that user's directories."""
+    uid = os.getuid()
     for candidate in directories(environ):
+        try:
+            parent = os.lstat(os.path.dirname(candidate))
+        except OSError:
+            continue
+        others_write = parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX
+        if not stat.S_ISDIR(parent.st_mode) or parent.st_uid not in (0, uid) or others_write:
+            continue
         try:
             os.mkdir(candidate, 0o700)
         except FileExistsError:
@@ -78,7 +98,7 @@ def directory(environ: Mapping[str, str]) -> str | None:
         except OSError:
             continue
         private = not found.st_mode & 0o077
-        if stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and private:
+        if stat.S_ISDIR(found.st_mode) and found.st_uid == uid and private:
             return candidate
     return None
 
@@ -107,6 +127,19 @@ def peer(connection: _socket.socket) -> tuple[int, int]:
     credentials = connection.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
     pid, uid = credentials[0:4], credentials[4:8]
     return int.from_bytes(pid, sys.byteorder), int.from_bytes(uid, sys.byteorder)
+
+
+def same_mount_namespace(pid: int) -> bool:
+    """Whether process *pid* sees the files this process sees: a host process, not one
+    in a container (whose mount namespace is its own). Unknown (no pid, no access): no."""
+    if pid <= 0:
+        return False
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt")
+        ours = os.stat("/proc/self/ns/mnt")
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 class Channel:

@@ -56,15 +56,22 @@ def start(paths: CloisterPaths, *, tcp: str | None = None) -> ExecutorState:
     if state is not None:
         return state
     paths.executor_log.parent.mkdir(parents=True, exist_ok=True)
+    # -P and "/": `-m` would put the working directory (a project, written by its agent)
+    # first on sys.path, and a cloister_executor/ there would be what runs.
     argv = [
-        sys.executable, "-m", "cloister_executor.main", "serve", "--background",
+        sys.executable, "-P", "-m", "cloister_executor.main", "serve", "--background",
         "--config-dir", str(paths.config_dir), "--data-dir", str(paths.data_dir),
         *(["--tcp", tcp] if tcp else []),
     ]  # fmt: skip
     # --background: the daemon is not our child, so nothing here has to reap it later.
     with paths.executor_log.open("ab") as log:
         launched = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, check=False
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            check=False,
+            cwd="/",
         )
     pid = int(launched.stdout) if launched.stdout.strip().isdigit() else None
     deadline = time.monotonic() + START_TIMEOUT
