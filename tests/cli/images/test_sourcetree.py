@@ -72,7 +72,7 @@ def test_find_workspace_without_a_tree(tmp_path: Path) -> None:
 
 def test_the_environment_variable_wins(tmp_path: Path) -> None:
     root = fake_tree(tmp_path / "elsewhere")
-    assert source_tree({"CLOISTER_SOURCE_DIR": str(root)}, cwd=tmp_path) == root
+    assert source_tree({"CLOISTER_SOURCE_DIR": str(root)}) == root
 
 
 @pytest.mark.parametrize("value", ["{tmp}/missing", "{tmp}", "{tmp}/tree/images"])
@@ -85,14 +85,15 @@ def test_the_environment_variable_must_name_a_tree(tmp_path: Path, value: str) -
 
 
 def test_an_empty_variable_is_unset(tmp_path: Path) -> None:
-    assert source_tree({"CLOISTER_SOURCE_DIR": ""}, cwd=tmp_path) == CHECKOUT
+    assert source_tree({"CLOISTER_SOURCE_DIR": ""}) == CHECKOUT
 
 
-def test_found_from_the_package_location(tmp_path: Path) -> None:
+def test_found_from_the_package_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An editable install: the tree the package lives in, wherever the command runs."""
     package = Path(cloister_cli.__file__).resolve().parent
     assert package.is_relative_to(CHECKOUT)
-    assert source_tree({}, cwd=tmp_path) == CHECKOUT
+    monkeypatch.chdir(fake_tree(tmp_path / "project"))
+    assert source_tree({}) == CHECKOUT
 
 
 @pytest.fixture
@@ -106,16 +107,22 @@ def installed_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.usefixtures("installed_elsewhere")
-def test_otherwise_found_from_the_working_directory(tmp_path: Path) -> None:
-    root = fake_tree(tmp_path / "checkout")
+def test_never_found_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project an agent wrote can look like a source tree: its templates would render,
+    its Dockerfiles build and its build backend run on the host."""
+    root = fake_tree(tmp_path / "project")
     (root / "compose" / "sub").mkdir()
-    assert source_tree({}, cwd=root / "compose" / "sub") == root
+    monkeypatch.chdir(root / "compose" / "sub")
+    with pytest.raises(SourceTreeError, match="cannot find the Cloister source tree"):
+        source_tree({})
 
 
 @pytest.mark.usefixtures("installed_elsewhere")
-def test_no_tree_anywhere_says_what_to_do(tmp_path: Path) -> None:
+def test_no_tree_anywhere_says_what_to_do() -> None:
     with pytest.raises(SourceTreeError) as caught:
-        source_tree({}, cwd=tmp_path)
+        source_tree({})
     message = str(caught.value)
     assert message.startswith("cannot find the Cloister source tree to build images from")
     assert "uv tool install --editable ./packages/cloister-cli" in message

@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import resource
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import docker
 import pytest
 from docker.types import Mount
 
-from cloister_cli.launch import wire
+from cloister_cli.launch import server, wire
 from tests.cli.cli_support import BASE_IMAGE
 from tests.waiting import wait_until
 
@@ -72,6 +73,8 @@ PROBE = textwrap.dedent(
     """
 )
 CLIENT = "import sys; from cloister_cli.launch.client import main; sys.exit(main())"
+SERVER = "cloister_cli.launch.server"
+SLEEP = "import time; time.sleep(60)"
 
 
 @dataclass
@@ -490,6 +493,102 @@ def test_a_caller_with_other_limits_runs_the_command_itself(served: Served) -> N
     assert "declined pid" in served.log
     assert server.poll() is None  # and it goes on serving those like it
     assert served.run("echo", "0").returncode == 0
+
+
+@pytest.fixture
+def sleeper() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``PREFIX... python -c sleep``: a process to read the credentials of."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*prefix: str) -> subprocess.Popen[bytes]:
+        wrapper = [tool(prefix[0]), *prefix[1:]] if prefix else []
+        process = subprocess.Popen(
+            [*wrapper, sys.executable, "-c", SLEEP],
+            stdin=subprocess.DEVNULL,
+        )
+        started.append(process)
+        wait_until(lambda: running_python(process.pid), 30, "the sleeper's Python")
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def running_python(pid: int) -> bool:
+    """Whether *pid* runs Python now (a prefix such as ``nice`` has exec'd it)."""
+    try:
+        return Path(f"/proc/{pid}/exe").resolve() == Path(sys.executable).resolve()
+    except OSError:
+        return False
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    assert found is not None, f"{name} is not installed"
+    return found
+
+
+def test_a_child_has_its_parents_credentials_and_nice_or_setpriv_change_them(
+    sleeper: Callable[..., subprocess.Popen[bytes]],
+) -> None:
+    own = server.credentials(os.getpid())
+    assert own is not None
+    assert not own.sandboxed
+    assert server.credentials(sleeper().pid) == own
+    assert server.credentials(sleeper("nice", "-n", "5").pid) != own
+    fenced = server.credentials(sleeper("setpriv", "--no-new-privs").pid)
+    assert fenced is not None
+    assert fenced.sandboxed
+    assert fenced != own
+    assert server.credentials(0) is None
+
+
+def test_a_server_under_no_new_privs_serves_no_one(served: Served) -> None:
+    fenced = subprocess.run(
+        [
+            tool("setpriv"),
+            "--no-new-privs",
+            sys.executable,
+            "-P",
+            "-m",
+            SERVER,
+            str(served.path),
+            "--entry",
+            "probe:main",
+        ],
+        env={**served.env, "PYTHONPATH": str(served.root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+    )
+    assert fenced.returncode == 1
+    assert "not serving: this process runs under seccomp or no_new_privs" in fenced.stderr
+    assert not served.path.exists()
+
+
+def test_a_caller_in_another_network_namespace_runs_the_command_itself(
+    served: Served,
+) -> None:
+    """A caller cut off from the network (``unshare --net``) must not get a command
+    that has it."""
+    if os.getuid() != 0:
+        pytest.skip("unshare --net needs root here")
+    probe_entry(served)
+    ran = subprocess.run(
+        [tool("unshare"), "--net", sys.executable, "-c", CLIENT, "--version"],
+        capture_output=True,
+        text=True,
+        cwd=served.root,
+        env=served.env,
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, ran.stdout) == (0, "cloister, version 0.1.0\n")  # cloister's own
+    assert "declined pid" in served.log
 
 
 def test_a_command_killed_by_sigkill_ends_its_caller_so(served: Served) -> None:

@@ -2,8 +2,9 @@
 
 Images are built from the tree the CLI came from (no registry needs to hold them):
 ``$CLOISTER_SOURCE_DIR`` if set, else the tree this package is installed from (an
-editable install, as the README's set-up command makes), else the current directory
-or one above it.
+editable install, as the README's set-up command makes). Never the working directory:
+that is often a project, which its agent writes, and the tree's templates, Dockerfiles
+and build backend run on the host.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def find_workspace(start: Path) -> Path:
     )
 
 
-def source_tree(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
+def source_tree(environ: Mapping[str, str] | None = None) -> Path:
     """Where to build images from; :class:`SourceTreeError` explains what to do if none."""
     env = os.environ if environ is None else environ
     explicit = env.get("CLOISTER_SOURCE_DIR")
@@ -46,11 +47,10 @@ def source_tree(environ: Mapping[str, str] | None = None, cwd: Path | None = Non
         if not is_source_tree(path):
             raise SourceTreeError(f"CLOISTER_SOURCE_DIR={explicit!r} is not a Cloister source tree")
         return path
-    for start in (Path(__file__).resolve().parent, cwd or Path.cwd()):
-        try:
-            return find_workspace(start)
-        except SourceTreeError:
-            continue
+    try:
+        return find_workspace(Path(__file__).resolve().parent)
+    except SourceTreeError:
+        pass
     raise SourceTreeError(
         "cannot find the Cloister source tree to build images from: install with"
         " `uv tool install --editable ./packages/cloister-cli` from a checkout, or set"

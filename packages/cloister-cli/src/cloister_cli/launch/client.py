@@ -1,7 +1,8 @@
 """The ``cloister`` console script: hand the command to the warm server, or run it here.
 
 The command runs here (as it always did) when ``CLOISTER_NO_SERVER`` is set, for the
-commands in :data:`IN_PROCESS`, when there is no private place for the server's socket,
+commands in :data:`IN_PROCESS`, with a library preloaded (:data:`PRELOADS`), when there
+is no private place for the server's socket,
 when the server is not there (one is started in the background for the next command),
 when it is not one this process trusts (another user's, in another mount namespace, or
 not this interpreter), when it declines (this process's privileges or limits are not
@@ -36,6 +37,9 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 # which takes the terminal a served command does not have (getpass opens /dev/tty).
 IN_PROCESS = frozenset({"setup"})
 SERVER_MODULE = "cloister_cli.launch.server"
+# Libraries the dynamic loader puts in this process (torsocks, proxychains): a served
+# command would run without them.
+PRELOADS = ("LD_PRELOAD", "LD_AUDIT")
 # Until the fork says who it is; past it, nothing has run and this process runs the command.
 ANSWER_TIMEOUT_SECONDS = 10.0
 
@@ -44,6 +48,8 @@ def main() -> int | None:
     """Run the command in ``sys.argv``; its exit status."""
     words = [word for word in sys.argv[1:] if not word.startswith("-")]
     if os.environ.get(wire.DISABLE_VARIABLE) or (words and words[0] in IN_PROCESS):
+        in_process()
+    if any(os.environ.get(name) for name in PRELOADS):  # they would not be in the server
         in_process()
     path = wire.socket_path(os.environ)
     if path is None:
@@ -78,8 +84,11 @@ def connect(path: str) -> _socket.socket:
     trust: this user's, in this mount namespace, running this interpreter."""
     connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
+        connection.settimeout(ANSWER_TIMEOUT_SECONDS)  # a full backlog blocks a connect
         connection.connect(path)
         pid, uid = wire.peer(connection)
+        if pid == os.getpid():  # the pid a listener had, now this process's
+            raise PermissionError(f"the server at {path!r} is gone")
         if uid != os.getuid():
             raise PermissionError(f"the server at {path!r} is another user's")
         if not wire.same_mount_namespace(pid):

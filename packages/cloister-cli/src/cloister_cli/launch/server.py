@@ -5,10 +5,12 @@ Started by the console script (:mod:`cloister_cli.launch.client`) when it found 
 (a second server for the same socket exits at once), imports the commands and the
 library, freezes what it imported out of the collector's way, and listens.
 
-A caller is served when it is of the server's user and its :func:`credentials` are the
-server's (the same mount namespace, user and groups, capabilities, no_new_privs and
-seccomp, limits, security label and nice value): a command never gets more than its
-caller had. Otherwise it is told ``declined`` and runs the command itself. The server
+A caller is served when it is of the server's user and its :class:`Credentials` are
+the server's (the same namespaces, root directory and cgroups, user and groups,
+capabilities, limits, security label and nice value): a command never gets more, nor
+other, than its caller had. Otherwise it is told ``declined`` and runs the command
+itself. A server under seccomp or no_new_privs (whose filters no one can compare)
+serves no one. The server
 reads nothing of a request: it forks at once, and the fork reads it (a slow caller holds
 up no one else, and no caller's environment stays in the server for the next fork). The
 fork becomes the command: the caller's standard streams, working directory (a
@@ -124,20 +126,45 @@ class Fingerprint:
 
 
 # What /proc/PID/status says of a process's privileges (the user's, its groups', its
-# capabilities', no_new_privs', seccomp's): a caller's must be the server's.
+# capabilities', no_new_privs', seccomp's): a caller's must be the server's, as its
+# namespaces, root, cgroups, limits, security label and nice value must.
 PRIVILEGES = (
     "Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "Seccomp_filters",
     "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
 )  # fmt: skip
 
 
-def credentials(pid: int) -> tuple[object, ...] | None:
-    """What a process may do, as far as a command it runs inherits it: its mount
-    namespace, privileges, limits, security label and nice value (None: not readable,
-    or gone)."""
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a process may do and see, as far as a command it runs inherits it."""
+
+    namespaces: tuple[tuple[str, int, int], ...]  # files, network, processes...
+    root: tuple[int, int]  # its root directory (a chroot)
+    cgroups: str
+    privileges: tuple[tuple[str, str], ...]  # PRIVILEGES, as /proc/PID/status says
+    limits: str
+    label: bytes  # the security module's
+    nice: int
+
+    @property
+    def sandboxed(self) -> bool:
+        """Under a filter whose rules no one can read (seccomp; Landlock, which needs
+        no_new_privs): a caller under another one would look the same, so a server
+        under one serves no one."""
+        status = dict(self.privileges)
+        return status.get("NoNewPrivs", "0") != "0" or status.get("Seccomp", "0") != "0"
+
+
+def credentials(pid: int) -> Credentials | None:
+    """Process *pid*'s :class:`Credentials` (None: not readable, or gone)."""
     proc = Path(f"/proc/{pid}")
     try:
-        namespace = (proc / "ns" / "mnt").stat()
+        namespaces = []
+        for entry in sorted((proc / "ns").iterdir()):
+            found = entry.stat()
+            namespaces.append((entry.name, found.st_dev, found.st_ino))
+        root = (proc / "root").stat()
+        cgroups = (proc / "cgroup").read_text(encoding="utf-8")
         status = (proc / "status").read_text(encoding="utf-8").splitlines()
         limits = (proc / "limits").read_text(encoding="utf-8")
         nice = os.getpriority(os.PRIO_PROCESS, pid)
@@ -147,8 +174,11 @@ def credentials(pid: int) -> tuple[object, ...] | None:
         label = (proc / "attr" / "current").read_bytes()
     except OSError:  # no security module
         label = b""
-    privileges = [line for line in status if line.split(":")[0] in PRIVILEGES]
-    return (namespace.st_dev, namespace.st_ino), tuple(privileges), limits, label, nice
+    fields = (line.partition(":") for line in status)
+    privileges = tuple((name, value.strip()) for name, _, value in fields if name in PRIVILEGES)
+    return Credentials(
+        tuple(namespaces), (root.st_dev, root.st_ino), cgroups, privileges, limits, label, nice
+    )
 
 
 def warm(entry: str) -> Callable[[], Any]:
@@ -473,6 +503,13 @@ def main(argv: list[str] | None = None) -> Any:
     if threading.active_count() != 1:  # a fork has only the thread that forked
         names = [thread.name for thread in threading.enumerate()]
         print(f"cloister: not serving: importing started threads {names}", file=sys.stderr)
+        return 1
+    own = credentials(os.getpid())
+    if own is None or own.sandboxed:
+        print(
+            "cloister: not serving: this process runs under seccomp or no_new_privs",
+            file=sys.stderr,
+        )
         return 1
     gc.collect()
     gc.freeze()  # what the warm-up made lives on in every fork: never walked again

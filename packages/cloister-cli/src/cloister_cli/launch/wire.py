@@ -6,13 +6,14 @@ Where: one socket per user and installation, ``$XDG_RUNTIME_DIR/cloister/`` or e
 else may enter (mode 0700; anything else there, a symlink or another owner, and the
 server is not used). Its name is a checksum of what makes a server the right one for a
 caller: the interpreter, this package's directory, Python's version and every
-``PYTHON*`` variable (the server is started with the caller's, so a different
-``PYTHONPATH`` gets a server of its own). Both ends check the other (``SO_PEERCRED``):
-the same user, in the same mount namespace (a process in a container is refused, even
-one of the same uid that could reach the socket), and the caller trusts only a server
-that runs its own interpreter; the server runs a command only for a caller whose
-privileges and limits are its own (:func:`cloister_cli.launch.server.credentials`). A
-cloister never has these directories mounted
+``PYTHON*`` and locale variable (the server is started with the caller's, so a
+different ``PYTHONPATH`` or ``LANG`` gets a server of its own). Both ends check the
+other (``SO_PEERCRED``): the same user, in the same mount namespace (a process in a
+container is refused, even one of the same uid that could reach the socket), and the
+caller trusts only a server that runs its own interpreter; the server runs a command
+only for a caller that may do and see what it may
+(:class:`cloister_cli.launch.server.Credentials`). A cloister never has these
+directories mounted
 (:class:`cloister_cli.container.cloisters.Forbidden`).
 
 How: length-prefixed :mod:`marshal` records on a Unix stream socket; the request carries
@@ -107,9 +108,13 @@ def key(environ: Mapping[str, str]) -> str:
     """What tells one installation's server from another's (see the module docstring):
     64 bits of two checksums, enough to tell apart the installations of one user."""
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    python = sorted((name, value) for name, value in environ.items() if name.startswith("PYTHON"))
-    facts = repr((sys.executable, package, sys.version, python, sys.flags.utf8_mode)).encode()
-    return f"{zlib.crc32(facts):08x}{zlib.adler32(facts):08x}"
+    interpreter = sorted(
+        (name, value)
+        for name, value in environ.items()
+        if name.startswith(("PYTHON", "LC_")) or name == "LANG"
+    )
+    facts = repr((sys.executable, package, sys.version, interpreter, sys.flags.utf8_mode))
+    return f"{zlib.crc32(facts.encode()):08x}{zlib.adler32(facts.encode()):08x}"
 
 
 def socket_path(environ: Mapping[str, str]) -> str | None:
