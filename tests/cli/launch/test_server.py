@@ -10,6 +10,7 @@ at its end.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import select
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from docker.models.containers import Container
 from docker.types import Mount
 
 from cloister_cli.launch import server, wire
@@ -97,14 +99,20 @@ class Served:
         stdin: str = "",
         cwd: Path | None = None,
         extra: dict[str, str] | None = None,
+        wrapper: tuple[str, ...] = (),
+        umask: int = -1,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """The console script run with ARGS (under *wrapper*, e.g. ``unshare --net``)."""
         return subprocess.run(
-            [sys.executable, "-c", CLIENT, *args],
+            [*wrapper, sys.executable, "-c", CLIENT, *args],
             input=stdin,
             capture_output=True,
             text=True,
             cwd=cwd or self.root,
             env={**self.env, **(extra or {})},
+            umask=umask,
+            preexec_fn=preexec_fn,  # one setrlimit before the exec, in a test
             timeout=60,
             check=False,
         )
@@ -214,16 +222,13 @@ def test_a_served_command_has_the_callers_arguments_streams_and_place(served: Se
     server = probe_entry(served)
     work = served.root / "work dir"
     work.mkdir()
-    ran = subprocess.run(
-        [sys.executable, "-c", CLIENT, "echo", "5"],
-        input="typed by a person",
-        capture_output=True,
-        text=True,
+    ran = served.run(
+        "echo",
+        "5",
+        stdin="typed by a person",
         cwd=work,
-        env={**served.env, "PROBE_VALUE": "from the caller"},
+        extra={"PROBE_VALUE": "from the caller"},
         umask=0o027,
-        timeout=60,
-        check=False,
     )
     assert ran.returncode == 5
     assert ran.stdout.splitlines() == [
@@ -344,6 +349,28 @@ def test_with_no_server_the_console_script_runs_the_command_and_starts_one(
 
 # -- who may ask ------------------------------------------------------------------------------
 
+
+@contextlib.contextmanager
+def perl_beside_the_socket(
+    docker_client: docker.DockerClient, served: Served, script: str
+) -> Iterator[Container]:
+    """Perl *script* (its argument: the server's socket) running in a container with
+    the socket's directory mounted at /reach, as this user, without a network; removed
+    at the end."""
+    container = docker_client.containers.run(
+        BASE_IMAGE,
+        ["perl", "-e", script, f"/reach/{served.path.name}"],
+        mounts=[Mount("/reach", str(served.path.parent), type="bind")],
+        user=f"{os.getuid()}:{os.getgid()}",
+        network_mode="none",
+        detach=True,
+    )
+    try:
+        yield container
+    finally:
+        container.remove(force=True)
+
+
 REACH = """
 use IO::Socket::UNIX;
 my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "connect: $!";
@@ -363,15 +390,9 @@ def test_a_process_in_a_container_is_refused_even_with_the_socket_in_reach(
     mounted, a process inside, of the same uid, would still get nothing: the server
     serves only its own mount namespace."""
     probe_entry(served)
-    answer = docker_client.containers.run(
-        BASE_IMAGE,
-        ["perl", "-e", REACH, f"/reach/{served.path.name}"],
-        mounts=[Mount("/reach", str(served.path.parent), type="bind")],
-        user=f"{os.getuid()}:{os.getgid()}",
-        network_mode="none",
-        remove=True,
-    )
-    assert answer == b"answered 0 bytes\n"
+    with perl_beside_the_socket(docker_client, served, REACH) as reaching:
+        assert reaching.wait(timeout=30)["StatusCode"] == 0
+        assert reaching.logs() == b"answered 0 bytes\n"
     wait_until(lambda: "a caller in another mount namespace" in served.log, 30, "the refusal")
     assert served.run("echo", "0").returncode == 0  # and it goes on serving its own
 
@@ -396,22 +417,12 @@ def test_a_server_in_a_container_is_not_trusted(
     """Were the socket's directory writable from a cloister, a server there (of the
     same uid) would get nothing: the console script trusts only a server in its own
     mount namespace, and runs the command itself."""
-    fake = docker_client.containers.run(
-        BASE_IMAGE,
-        ["perl", "-e", FAKE_SERVER, f"/reach/{served.path.name}"],
-        mounts=[Mount("/reach", str(served.path.parent), type="bind")],
-        user=f"{os.getuid()}:{os.getgid()}",
-        network_mode="none",
-        detach=True,
-    )
-    try:
+    with perl_beside_the_socket(docker_client, served, FAKE_SERVER) as fake:
         wait_until(lambda: b"listening" in fake.logs(), 30, "the fake server")
         ran = served.run("--version", extra={"SECRET_OF_THE_CALLER": "x" * 40})
         assert (ran.returncode, ran.stdout) == (0, "cloister, version 0.1.0\n")  # ran here
         assert fake.wait(timeout=30)["StatusCode"] == 0
         assert fake.logs().splitlines()[-1] == b"received 0 bytes"
-    finally:
-        fake.remove(force=True)
 
 
 # -- the server's life ----------------------------------------------------------------------
@@ -479,16 +490,7 @@ def test_a_caller_with_other_limits_runs_the_command_itself(served: Served) -> N
     def fewer_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (lower, hard))
 
-    ran = subprocess.run(
-        [sys.executable, "-c", CLIENT, "--version"],
-        capture_output=True,
-        text=True,
-        cwd=served.root,
-        env=served.env,
-        preexec_fn=fewer_files,  # one setrlimit before the exec
-        timeout=60,
-        check=False,
-    )
+    ran = served.run("--version", preexec_fn=fewer_files)
     assert (ran.returncode, ran.stdout) == (0, "cloister, version 0.1.0\n")  # cloister's own
     assert "declined pid" in served.log
     assert server.poll() is None  # and it goes on serving those like it
@@ -578,15 +580,7 @@ def test_a_caller_in_another_network_namespace_runs_the_command_itself(
     if os.getuid() != 0:
         pytest.skip("unshare --net needs root here")
     probe_entry(served)
-    ran = subprocess.run(
-        [tool("unshare"), "--net", sys.executable, "-c", CLIENT, "--version"],
-        capture_output=True,
-        text=True,
-        cwd=served.root,
-        env=served.env,
-        timeout=60,
-        check=False,
-    )
+    ran = served.run("--version", wrapper=(tool("unshare"), "--net"))
     assert (ran.returncode, ran.stdout) == (0, "cloister, version 0.1.0\n")  # cloister's own
     assert "declined pid" in served.log
 

@@ -338,8 +338,7 @@ class Server:
             channel.close()
 
     def _say(self, line: str) -> None:
-        self.log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
-        self.log.flush()
+        say(self.log, line)
 
 
 class Command:
@@ -403,9 +402,7 @@ class Command:
         return entry()
 
     def _say(self, line: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
-            self.log.flush()
+        say(self.log, line)
 
     def _streams(self, request: Request) -> None:
         """Python's standard streams over the caller's, as its interpreter made them:
@@ -452,6 +449,13 @@ def same_mount_namespace(pid: int) -> bool:
     except OSError:
         return False
     return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def say(log: io.TextIOBase, line: str) -> None:
+    """One line of the log (a log that cannot be written stops nothing)."""
+    with contextlib.suppress(OSError, ValueError):
+        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
+        log.flush()
 
 
 def open_log(path: Path) -> io.TextIOBase:
