@@ -311,7 +311,12 @@ class FakeContainers:
                 return container
         raise docker.errors.NotFound(f"No such container: {container_id}")
 
-    def list(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[FakeContainer]:
+    def list(
+        self,
+        all: bool = False,
+        filters: dict[str, Any] | None = None,
+        ignore_removed: bool = False,  # nothing is removed while the fake lists
+    ) -> list[FakeContainer]:
         self.engine.calls.append(("containers.list", {"all": all, "filters": filters}))
         wanted = label_filter(filters)
         return [

@@ -181,9 +181,11 @@ def _stop(
         )
         meanwhile.append((failed, result.removed))
     # A sync running now (the watch's) would hold the last one up: its container goes,
-    # and the sync gives up at once (a FIFO of the agent's can keep git waiting).
+    # and the sync gives up at once (a FIFO of the agent's can keep git waiting). One
+    # that ends and goes while listed is skipped (ignore_removed).
+    syncs = [instance.label_filter, f"{stack.LABEL_SYNC}={name}"]
     for running in context.docker.containers.list(
-        all=True, filters={"label": [instance.label_filter, f"{stack.LABEL_SYNC}={name}"]}
+        all=True, filters={"label": syncs}, ignore_removed=True
     ):
         try:
             running.remove(force=True)
